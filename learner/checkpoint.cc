@@ -1,0 +1,154 @@
+#include "learner/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace stampede::learner {
+
+namespace {
+constexpr char kMagic[8] = {'S', 'T', 'M', 'P', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kFormatVersion = 1;
+
+uint64_t Fnv1a(const char* data, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= uint8_t(data[i]);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+template <class T>
+void Put(std::string* out, const T& v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+void PutFloats(std::string* out, const std::vector<float>& v) {
+  Put(out, int64_t(v.size()));
+  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+struct Reader {
+  const std::string& buf;
+  size_t pos = 0;
+  template <class T>
+  bool Get(T* v) {
+    if (pos + sizeof(T) > buf.size()) return false;
+    std::memcpy(v, buf.data() + pos, sizeof(T));
+    pos += sizeof(T);
+    return true;
+  }
+  bool GetFloats(std::vector<float>* v) {
+    int64_t n = 0;
+    if (!Get(&n) || n < 0 || pos + size_t(n) * sizeof(float) > buf.size()) return false;
+    v->resize(n);
+    std::memcpy(v->data(), buf.data() + pos, size_t(n) * sizeof(float));
+    pos += size_t(n) * sizeof(float);
+    return true;
+  }
+};
+}  // namespace
+
+std::string LayoutText(const net::ParamLayout& layout) {
+  std::ostringstream os;
+  for (const auto& t : layout.tensors()) {
+    os << t.name << " [";
+    for (size_t i = 0; i < t.shape.size(); ++i) os << (i ? "," : "") << t.shape[i];
+    os << "] " << t.offset << "\n";
+  }
+  return os.str();
+}
+
+bool SaveCheckpoint(const std::string& path, const CheckpointData& d, std::string* error) {
+  std::string buf(kMagic, sizeof(kMagic));
+  Put(&buf, kFormatVersion);
+  Put(&buf, d.layout_fingerprint);
+  Put(&buf, d.version);
+  Put(&buf, d.env_frames);
+  Put(&buf, d.learner_steps);
+  Put(&buf, int64_t(d.layout_text.size()));
+  buf += d.layout_text;
+  PutFloats(&buf, d.params);
+  PutFloats(&buf, d.rms_mean_square);
+  PutFloats(&buf, d.rms_momentum);
+  Put(&buf, Fnv1a(buf.data(), buf.size()));
+
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    *error = tmp + ": cannot create checkpoint: " + std::strerror(errno);
+    return false;
+  }
+  size_t written = 0;
+  while (written < buf.size()) {
+    ssize_t w = ::write(fd, buf.data() + written, buf.size() - written);
+    if (w <= 0) {
+      *error = tmp + ": write failed: " + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    written += size_t(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    *error = tmp + ": fsync/close failed: " + std::strerror(errno);
+    return false;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    *error = path + ": rename failed: " + std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+bool LoadCheckpoint(const std::string& path, CheckpointData* d, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = path + ": cannot open checkpoint";
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string buf = ss.str();
+  if (buf.size() < sizeof(kMagic) + 4 + 8 || std::memcmp(buf.data(), kMagic, sizeof(kMagic)) != 0) {
+    *error = path + ": not a Stampede checkpoint (bad magic)";
+    return false;
+  }
+  uint64_t stored = 0;
+  std::memcpy(&stored, buf.data() + buf.size() - 8, 8);
+  if (stored != Fnv1a(buf.data(), buf.size() - 8)) {
+    *error = path + ": checksum mismatch (the file is truncated or corrupted)";
+    return false;
+  }
+  Reader r{buf, sizeof(kMagic)};
+  uint32_t format = 0;
+  int64_t text_len = 0;
+  if (!r.Get(&format) || format != kFormatVersion) {
+    *error = path + ": checkpoint format " + std::to_string(format) + ", this build reads " +
+             std::to_string(kFormatVersion);
+    return false;
+  }
+  if (!r.Get(&d->layout_fingerprint) || !r.Get(&d->version) || !r.Get(&d->env_frames) ||
+      !r.Get(&d->learner_steps) || !r.Get(&text_len) || text_len < 0 ||
+      r.pos + size_t(text_len) > buf.size()) {
+    *error = path + ": truncated checkpoint header";
+    return false;
+  }
+  d->layout_text = buf.substr(r.pos, size_t(text_len));
+  r.pos += size_t(text_len);
+  if (!r.GetFloats(&d->params) || !r.GetFloats(&d->rms_mean_square) ||
+      !r.GetFloats(&d->rms_momentum) || r.pos + 8 != buf.size()) {
+    *error = path + ": truncated or malformed checkpoint arrays";
+    return false;
+  }
+  if (d->rms_mean_square.size() != d->params.size() || d->rms_momentum.size() != d->params.size()) {
+    *error = path + ": optimizer state size differs from the parameters";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace stampede::learner

@@ -1,0 +1,34 @@
+// Learner checkpoints: the flat parameters, the optimizer state, the version and the
+// layout, in one file written to a temp name, fsynced and renamed (a crash leaves
+// either the old file or the new one, never half of one).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "net/layout.h"
+
+namespace stampede::learner {
+
+struct CheckpointData {
+  uint64_t layout_fingerprint = 0;
+  std::string layout_text;  // "name shape offset" lines, for humans and error messages
+  int64_t version = 0;
+  int64_t env_frames = 0;
+  int64_t learner_steps = 0;
+  std::vector<float> params;
+  std::vector<float> rms_mean_square;
+  std::vector<float> rms_momentum;
+};
+
+std::string LayoutText(const net::ParamLayout& layout);
+
+[[nodiscard]] bool SaveCheckpoint(const std::string& path, const CheckpointData& data,
+                                  std::string* error);
+// Refuses (with a message naming the file and the problem) a file that is not a
+// checkpoint, is truncated, fails its checksum, or has another format version.
+[[nodiscard]] bool LoadCheckpoint(const std::string& path, CheckpointData* data,
+                                  std::string* error);
+
+}  // namespace stampede::learner

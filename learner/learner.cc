@@ -1,0 +1,372 @@
+#include "learner/learner.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "envs/env.h"
+#include "learner/batch.h"
+#include "learner/checkpoint.h"
+#include "learner/loss.h"
+#include "learner/rmsprop.h"
+#include "net/mlp.h"
+#include "ps/client.h"
+#include "replay/bounded_queue.h"
+#include "wire/config.h"
+#include "wire/zmq_util.h"
+
+namespace stampede::learner {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kReturnWindow = 100;  // episodes in the mean-return window
+
+namespace {
+// One unroll of a received batch: the batch is shared by its n unrolls.
+struct UnrollRef {
+  std::shared_ptr<const wire::TrajectoryBatch> batch;
+  int column = 0;
+};
+
+net::MlpSpec SpecFor(const config::Config& cfg, const envs::EnvSpec& env) {
+  net::MlpSpec spec;
+  spec.obs_size = env.obs_size();
+  spec.hidden_sizes = HiddenSizes(cfg);
+  spec.num_actions = env.num_actions;
+  spec.activation = cfg.net().activation() == "tanh" ? net::Activation::kTanh : net::Activation::kRelu;
+  return spec;
+}
+}  // namespace
+
+struct Learner::Impl {
+  Learner* self;
+  config::Config cfg;
+  zmq::context_t& ctx;
+  std::string bind_endpoint;
+  uint64_t incarnation;
+  std::unique_ptr<zmq::socket_t> socket;  // receiver thread's, after Start
+  std::unique_ptr<net::Mlp<float>> net;
+  std::unique_ptr<ps::ParamsPublisher> publisher;
+  std::vector<float> params, grad;
+  std::unique_ptr<RmsProp> rms;
+  net::ParamLayout layout;
+  int obs_size = 0, num_actions = 0;
+  replay::BoundedQueue<UnrollRef> queue;
+  std::atomic<bool> stop{false};
+  std::thread receiver, trainer;
+  std::atomic<int64_t> dropped[size_t(wire::DropReason::kCount)] = {};
+  std::string checkpoint_path;
+
+  std::mutex mu;  // guards everything below
+  std::deque<float> returns, lengths;
+  int64_t episodes = 0;
+  double lag_sum = 0;
+  int64_t lag_count = 0, lag_max = 0;
+  LossStats last_loss;
+  double last_grad_norm = 0, last_lr = 0, train_seconds = 0;
+  std::map<int, uint64_t> actor_incarnation;             // actor task -> incarnation
+  std::set<std::pair<int, int>> logged;                  // (actor, reason) logged once
+  std::vector<std::string> checkpoint_errors;
+
+  Impl(Learner* s, const config::Config& c, zmq::context_t& z, std::string ep, uint64_t inc)
+      : self(s), cfg(c), ctx(z), bind_endpoint(std::move(ep)), incarnation(inc),
+        queue(size_t(c.learner().queue_capacity())) {}
+
+  void ReceiveLoop();
+  void TrainLoop();
+  void Accept(std::shared_ptr<wire::TrajectoryBatch> b);
+  void Drop(const std::vector<zmq::message_t>& parts, wire::DropReason reason,
+            const std::string& detail);
+  void Assemble(const std::vector<UnrollRef>& items, Batch* batch) const;
+  bool SaveCheckpoint(std::string* error);
+};
+
+Learner::Learner(const config::Config& cfg, zmq::context_t& ctx, std::string trajectory_endpoint,
+                 uint64_t incarnation)
+    : impl_(std::make_unique<Impl>(this, cfg, ctx, std::move(trajectory_endpoint), incarnation)) {}
+
+Learner::~Learner() { Stop(); }
+
+bool Learner::Start(std::string* error) {
+  Impl& m = *impl_;
+  envs::EnvOptions eo;
+  eo.max_episode_steps = m.cfg.env().max_episode_steps();
+  auto env = envs::MakeEnv(m.cfg.env().name(), eo, error);
+  if (!env) return false;
+  m.obs_size = env->spec().obs_size();
+  m.num_actions = env->spec().num_actions;
+  const net::MlpSpec spec = SpecFor(m.cfg, env->spec());
+  m.net = std::make_unique<net::Mlp<float>>(spec);
+  m.layout = m.net->layout();
+  m.params.assign(m.layout.total_size(), 0.f);
+  m.grad.assign(m.layout.total_size(), 0.f);
+  const auto& oc = m.cfg.learner().optimizer();
+  m.rms = std::make_unique<RmsProp>(m.layout.total_size(),
+                                    RmsPropOptions{oc.decay(), oc.momentum(), oc.epsilon()});
+  if (!m.cfg.run_dir().empty()) m.checkpoint_path = m.cfg.run_dir() + "/checkpoint.bin";
+  if (!m.cfg.learner().restore_from().empty()) {
+    CheckpointData d;
+    if (!LoadCheckpoint(m.cfg.learner().restore_from(), &d, error)) return false;
+    if (d.layout_fingerprint != m.layout.Fingerprint() || d.params.size() != m.params.size()) {
+      *error = m.cfg.learner().restore_from() + ": checkpoint is for another network:\n" +
+               d.layout_text + "this config's network is:\n" + LayoutText(m.layout);
+      return false;
+    }
+    m.params = d.params;
+    m.rms->mean_square() = d.rms_mean_square;
+    m.rms->momentum() = d.rms_momentum;
+    version_ = d.version;
+    steps_ = d.learner_steps;
+    frames_ = d.env_frames;
+  } else {
+    net::InitMlp(spec, m.cfg.seed(), m.params);
+  }
+  m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::pull);
+  wire::ConfigureReceiver(*m.socket, m.cfg.cluster().max_message_bytes());
+  m.socket->set(zmq::sockopt::rcvhwm, 2);
+  wire::LimitKernelBuffers(*m.socket);
+  try {
+    m.socket->bind(m.bind_endpoint);
+  } catch (const zmq::error_t& e) {
+    *error = "learner: cannot bind " + m.bind_endpoint + " (cluster.learner): " + e.what();
+    return false;
+  }
+  ps::ClientOptions co;
+  co.endpoints.assign(m.cfg.cluster().ps().begin(), m.cfg.cluster().ps().end());
+  co.total_size = m.layout.total_size();
+  co.layout_fingerprint = m.layout.Fingerprint();
+  co.sender = wire::MakeSender(wire::ROLE_LEARNER, 0, m.incarnation);
+  m.publisher = std::make_unique<ps::ParamsPublisher>(m.ctx, co);
+  if (!m.publisher->PutAll(m.params, version_.load(), &m.stop)) {
+    *error = "learner: stopped before the first parameters reached the PS";
+    return false;
+  }
+  m.receiver = std::thread([&m] { m.ReceiveLoop(); });
+  m.trainer = std::thread([&m] { m.TrainLoop(); });
+  return true;
+}
+
+std::string Learner::endpoint() const {
+  return impl_->socket ? impl_->socket->get(zmq::sockopt::last_endpoint) : std::string();
+}
+
+void Learner::Stop() {
+  Impl& m = *impl_;
+  m.stop = true;
+  m.queue.Close();
+  if (m.receiver.joinable()) m.receiver.join();
+  if (m.trainer.joinable()) m.trainer.join();
+}
+
+int64_t Learner::dropped(wire::DropReason reason) const {
+  return impl_->dropped[size_t(reason)].load();
+}
+
+int64_t Learner::dropped_total() const {
+  int64_t n = 0;
+  for (const auto& d : impl_->dropped) n += d.load();
+  return n;
+}
+
+void Learner::Impl::ReceiveLoop() {
+  std::vector<zmq::message_t> parts;
+  zmq::pollitem_t items[] = {{socket->handle(), 0, ZMQ_POLLIN, 0}};
+  const int64_t budget = cfg.stop().total_env_frames();
+  while (!stop.load()) {
+    if (self->frames_.load() >= budget) {
+      // The global frame budget is spent: take no more (the coordinator stops the run).
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    wire::Poll(items, 1, std::chrono::milliseconds(100));
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    while (!stop.load() && self->frames_.load() < budget &&
+           wire::RecvMultipart(*socket, &parts, false)) {
+      auto b = std::make_shared<wire::TrajectoryBatch>();
+      wire::TrajectoryExpectations expect;
+      expect.unroll_length = cfg.actors().unroll_length();
+      expect.obs_size = obs_size;
+      expect.num_actions = num_actions;
+      expect.newest_policy_version = self->version_.load();
+      std::string detail;
+      wire::DropReason reason = wire::DecodeTrajectory(parts, expect, b.get(), &detail);
+      if (reason != wire::DropReason::kNone) {
+        Drop(parts, reason, detail);
+        continue;
+      }
+      Accept(std::move(b));
+    }
+  }
+}
+
+void Learner::Impl::Drop(const std::vector<zmq::message_t>& parts, wire::DropReason reason,
+                         const std::string& detail) {
+  ++dropped[size_t(reason)];
+  int actor = -1;
+  wire::Trajectory meta;
+  if (!parts.empty() && wire::ParseFrame(parts[0], &meta)) actor = meta.sender().task_index();
+  std::lock_guard lock(mu);
+  if (logged.insert({actor, int(reason)}).second) {
+    std::fprintf(stderr, "learner: dropped a trajectory from actor %d (%s): %s\n", actor,
+                 wire::DropReasonName(reason), detail.c_str());
+  }
+}
+
+void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
+  const int actor = b->meta.sender().task_index();
+  {
+    std::lock_guard lock(mu);
+    auto [it, fresh] = actor_incarnation.emplace(actor, b->meta.sender().incarnation());
+    if (!fresh && it->second != b->meta.sender().incarnation()) {
+      // A restarted actor: forget what was logged for its previous incarnation.
+      it->second = b->meta.sender().incarnation();
+      for (int r = 0; r < int(wire::DropReason::kCount); ++r) logged.erase({actor, r});
+    }
+    for (const auto& ep : b->meta.episodes()) {
+      returns.push_back(ep.episode_return());
+      lengths.push_back(float(ep.length()));
+      if (returns.size() > kReturnWindow) returns.pop_front(), lengths.pop_front();
+      ++episodes;
+    }
+  }
+  self->frames_ += b->frames();
+  std::shared_ptr<const wire::TrajectoryBatch> shared = std::move(b);
+  for (int c = 0; c < shared->n(); ++c) {
+    if (!queue.Push(UnrollRef{shared, c})) return;  // closed: stopping
+  }
+}
+
+void Learner::Impl::Assemble(const std::vector<UnrollRef>& items, Batch* batch) const {
+  const int T = batch->T, B = batch->B, D = batch->obs_size, A = batch->num_actions;
+  for (int b = 0; b < B; ++b) {
+    const wire::TrajectoryBatch& src = *items[b].batch;
+    const int n = src.n(), c = items[b].column;
+    for (int t = 0; t <= T; ++t) {
+      std::copy_n(&src.observations[(size_t(t) * n + c) * D], D,
+                  &batch->observations[(size_t(t) * B + b) * D]);
+    }
+    for (int t = 0; t < T; ++t) {
+      const size_t s = size_t(t) * n + c, d = size_t(t) * B + b;
+      batch->actions[d] = src.actions[s];
+      batch->rewards[d] = src.rewards[s];
+      batch->terminated[d] = src.terminated[s];
+      batch->truncated[d] = src.truncated[s];
+      batch->truncation_values[d] = src.truncation_values[s];
+      std::copy_n(&src.behaviour_logits[s * A], A, &batch->behaviour_logits[d * A]);
+    }
+    batch->policy_versions[b] = src.meta.policy_version();
+  }
+}
+
+void Learner::Impl::TrainLoop() {
+  const auto& lc = cfg.learner();
+  const int B = lc.batch_size(), T = cfg.actors().unroll_length();
+  LossOptions lo;
+  lo.discount = lc.discount();
+  lo.vtrace.clip_rho_threshold = lc.clip_rho_threshold();
+  lo.vtrace.clip_c_threshold = lc.clip_c_threshold();
+  lo.vtrace.clip_pg_rho_threshold = lc.clip_pg_rho_threshold();
+  lo.vtrace.lambda = lc.lambda();
+  lo.baseline_cost = lc.baseline_cost();
+  lo.entropy_cost = lc.entropy_cost();
+  lo.bootstrap_on_truncation = lc.bootstrap_on_truncation();
+  const double lr0 = lc.optimizer().learning_rate();
+  const double total_frames = double(cfg.stop().total_env_frames());
+  Batch batch;
+  batch.Resize(T, B, obs_size, num_actions);
+  std::vector<UnrollRef> items;
+  auto last_checkpoint = Clock::now();
+  while (!stop.load()) {
+    if (!queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(100))) continue;
+    const auto start = Clock::now();
+    Assemble(items, &batch);
+    items.clear();  // release the received batches
+    std::fill(grad.begin(), grad.end(), 0.f);
+    const LossStats st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data());
+    const double norm = ClipGlobalNorm(grad, lc.max_grad_norm());
+    double lr = lr0;
+    if (lc.optimizer().linear_decay()) {
+      lr = lr0 * std::max(0.0, 1.0 - double(self->frames_.load()) / total_frames);
+    }
+    rms->Step(params, grad, lr);
+    const int64_t version = ++self->version_;
+    const int64_t steps = ++self->steps_;
+    if (steps % lc.publish_every() == 0) publisher->Put(params, version);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    {
+      std::lock_guard lock(mu);
+      for (int b = 0; b < B; ++b) {
+        const int64_t lag = version - 1 - batch.policy_versions[b];
+        lag_sum += double(lag);
+        ++lag_count;
+        lag_max = std::max(lag_max, lag);
+      }
+      last_loss = st;
+      last_grad_norm = norm;
+      last_lr = lr;
+      train_seconds += seconds;
+    }
+    if (!checkpoint_path.empty() && lc.checkpoint_interval_s() > 0 &&
+        Clock::now() - last_checkpoint > std::chrono::duration<double>(lc.checkpoint_interval_s())) {
+      std::string error;
+      if (!SaveCheckpoint(&error)) std::fprintf(stderr, "learner: %s\n", error.c_str());
+      last_checkpoint = Clock::now();
+    }
+  }
+}
+
+bool Learner::Impl::SaveCheckpoint(std::string* error) {
+  CheckpointData d;
+  d.layout_fingerprint = layout.Fingerprint();
+  d.layout_text = LayoutText(layout);
+  d.version = self->version_.load();
+  d.env_frames = self->frames_.load();
+  d.learner_steps = self->steps_.load();
+  d.params = params;
+  d.rms_mean_square = rms->mean_square();
+  d.rms_momentum = rms->momentum();
+  return learner::SaveCheckpoint(checkpoint_path, d, error);
+}
+
+bool Learner::WriteCheckpoint(std::string* error) {
+  if (impl_->checkpoint_path.empty()) {
+    *error = "no run_dir, so no checkpoint path";
+    return false;
+  }
+  return impl_->SaveCheckpoint(error);
+}
+
+void Learner::FillStatus(wire::Status* s) {
+  Impl& m = *impl_;
+  s->set_env_frames(frames_.load());
+  s->set_learner_steps(steps_.load());
+  s->set_policy_version(version_.load());
+  s->set_queue_depth(int(m.queue.size()));
+  s->set_dropped_trajectories(dropped_total());
+  std::lock_guard lock(m.mu);
+  s->set_episodes(m.episodes);
+  s->set_returns_counted(int(m.returns.size()));
+  double sum = 0, len = 0;
+  for (float r : m.returns) sum += r;
+  for (float l : m.lengths) len += l;
+  s->set_mean_return_100(m.returns.empty() ? 0 : sum / double(m.returns.size()));
+  s->set_mean_episode_length_100(m.lengths.empty() ? 0 : len / double(m.lengths.size()));
+  s->set_policy_lag_mean(m.lag_count ? m.lag_sum / double(m.lag_count) : 0);
+  s->set_policy_lag_max(m.lag_max);
+  m.lag_sum = 0;
+  m.lag_count = 0;
+  m.lag_max = 0;
+  s->set_pg_loss(m.last_loss.pg_loss);
+  s->set_baseline_loss(m.last_loss.baseline_loss);
+  s->set_entropy(m.last_loss.entropy);
+  s->set_grad_norm(m.last_grad_norm);
+  s->set_learning_rate(m.last_lr);
+  s->set_train_seconds(m.train_seconds);
+}
+
+}  // namespace stampede::learner

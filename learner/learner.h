@@ -1,0 +1,53 @@
+// The learner: a receiver thread (owns the trajectory PULL socket; decodes, checks and
+// queues unrolls), a trainer thread (forms time-major batches, V-trace, loss,
+// gradient clipping, RMSProp, puts new versions to the PS) and the caller's thread,
+// which reads metrics. Metrics and counters are shared between the threads under
+// one mutex or as atomics; parameters belong to the trainer thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <zmq.hpp>
+
+#include "wire/config.pb.h"
+#include "wire/messages.pb.h"
+#include "wire/trajectory.h"
+
+namespace stampede::learner {
+
+class Learner {
+ public:
+  // `trajectory_endpoint` is where the PULL socket binds (may end in ":*" in tests).
+  Learner(const config::Config& cfg, zmq::context_t& ctx, std::string trajectory_endpoint,
+          uint64_t incarnation);
+  ~Learner();
+
+  // Binds, initialises (or restores) parameters, puts version 0 to every PS shard
+  // and starts the threads. False with `error` on a bad endpoint or checkpoint.
+  [[nodiscard]] bool Start(std::string* error);
+  std::string endpoint() const;  // bound trajectory endpoint
+  void Stop();                   // stops and joins the threads; idempotent
+
+  // Fills the learner fields of a status message; interval statistics (policy lag)
+  // restart after each call.
+  void FillStatus(wire::Status* status);
+  // Writes RUN_DIR/checkpoint.bin (call after Stop, or let the trainer do it periodically).
+  [[nodiscard]] bool WriteCheckpoint(std::string* error);
+
+  int64_t learner_steps() const { return steps_.load(); }
+  int64_t env_frames() const { return frames_.load(); }
+  int64_t policy_version() const { return version_.load(); }
+  int64_t dropped(wire::DropReason reason) const;
+  int64_t dropped_total() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<int64_t> steps_{0}, frames_{0}, version_{0};
+};
+
+}  // namespace stampede::learner

@@ -1,0 +1,54 @@
+// The IMPALA loss on a time-major batch: policy gradient with V-trace advantages,
+// baseline_cost * 1/2 squared error to the V-trace targets, and entropy_cost times the
+// negative entropy; summed over time and batch. Targets (vs, pg advantages) are
+// constants for the gradient (stop-gradient), as in the paper.
+#pragma once
+
+#include <vector>
+
+#include "learner/batch.h"
+#include "learner/vtrace.h"
+#include "net/mlp.h"
+
+namespace stampede::learner {
+
+struct LossOptions {
+  double discount = 0.99;
+  VTraceOptions vtrace;
+  double baseline_cost = 0.5;
+  double entropy_cost = 0.01;
+  bool bootstrap_on_truncation = true;
+};
+
+template <class S>
+struct Targets {
+  std::vector<S> vs;             // [T, B]
+  std::vector<S> pg_advantages;  // [T, B]
+  std::vector<S> discounts;      // [T, B]
+  std::vector<S> rewards;        // [T, B], with truncation bootstraps folded in
+};
+
+struct LossStats {
+  double total = 0;
+  double pg_loss = 0;
+  double baseline_loss = 0;
+  double entropy = 0;  // mean policy entropy per step
+};
+
+// Runs the network on all T+1 rows and computes the V-trace targets.
+template <class S>
+Targets<S> ComputeTargets(net::Mlp<S>& net, const S* params, const Batch& batch,
+                          const LossOptions& opt);
+
+// Loss for fixed targets; if grad is non-null, ADDS dLoss/dparams into it.
+template <class S>
+LossStats LossAndGrad(net::Mlp<S>& net, const S* params, const Batch& batch,
+                      const Targets<S>& targets, const LossOptions& opt, S* grad);
+
+// One forward pass: targets from the current network, then loss and gradient (ADDED
+// into grad). The training step uses this.
+template <class S>
+LossStats ComputeLossAndGrad(net::Mlp<S>& net, const S* params, const Batch& batch,
+                             const LossOptions& opt, S* grad, Targets<S>* targets_out = nullptr);
+
+}  // namespace stampede::learner

@@ -1,0 +1,168 @@
+#include "ps/client.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "net/layout.h"
+#include "wire/zmq_util.h"
+
+namespace stampede::ps {
+
+using Clock = std::chrono::steady_clock;
+// A request with no answer for this long is sent again (the shard may have restarted).
+constexpr auto kRequestTimeout = std::chrono::seconds(2);
+
+struct ParamsFetcher::ShardState {
+  zmq::socket_t socket;
+  bool outstanding = false;
+  Clock::time_point sent_at;
+  int64_t version = -1;  // version of `data`, -1: none
+  std::vector<float> data;
+  ShardState(zmq::context_t& ctx) : socket(ctx, zmq::socket_type::dealer) {}
+};
+
+ParamsFetcher::ParamsFetcher(zmq::context_t& ctx, ClientOptions opt) : opt_(std::move(opt)) {
+  for (const auto& ep : opt_.endpoints) {
+    auto s = std::make_unique<ShardState>(ctx);
+    wire::ConfigureReceiver(s->socket, opt_.max_message_bytes);
+    s->socket.connect(ep);
+    shards_.push_back(std::move(s));
+  }
+}
+ParamsFetcher::~ParamsFetcher() = default;
+
+void ParamsFetcher::Request(int shard, int64_t min_version, int64_t exact_version) {
+  ShardState& s = *shards_[shard];
+  wire::PsRequest req;
+  *req.mutable_sender() = opt_.sender;
+  req.mutable_get()->set_min_version(min_version);
+  req.mutable_get()->set_exact_version(exact_version);
+  const std::string bytes = req.SerializeAsString();
+  zmq::message_t msg(bytes.data(), bytes.size());
+  if (s.socket.send(msg, zmq::send_flags::dontwait)) {
+    s.outstanding = true;
+    s.sent_at = Clock::now();
+  }
+}
+
+bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
+  const int S = int(shards_.size());
+  std::vector<zmq::message_t> parts;
+  for (int i = 0; i < S; ++i) {
+    ShardState& s = *shards_[i];
+    while (wire::RecvMultipart(s.socket, &parts, false)) {
+      s.outstanding = false;
+      wire::ParamsSlice reply;
+      if (parts.empty() || !wire::ParseFrame(parts[0], &reply) ||
+          !wire::CheckProtocol(reply.sender()).empty()) {
+        ++rejected_;
+        continue;
+      }
+      if (!reply.has_params()) continue;
+      const net::Slice mine = net::ShardSlice(opt_.total_size, i, S);
+      if (parts.size() != 2 || reply.shard() != i || reply.total_size() != opt_.total_size ||
+          reply.layout_fingerprint() != opt_.layout_fingerprint || reply.offset() != mine.offset ||
+          reply.count() != mine.count || parts[1].size() != size_t(mine.count) * sizeof(float)) {
+        ++rejected_;
+        continue;
+      }
+      if (reply.version() <= *version || reply.version() < s.version) continue;
+      s.version = reply.version();
+      s.data.resize(mine.count);
+      std::memcpy(s.data.data(), parts[1].data(), parts[1].size());
+    }
+  }
+  // The version to assemble: the newest any shard has given us.
+  int64_t target = -1;
+  for (const auto& s : shards_) target = std::max(target, s->version);
+  if (target > *version) {
+    bool complete = true;
+    for (const auto& s : shards_) complete = complete && s->version == target;
+    if (complete) {
+      for (int i = 0; i < S; ++i) {
+        const net::Slice mine = net::ShardSlice(opt_.total_size, i, S);
+        std::memcpy(params.data() + mine.offset, shards_[i]->data.data(),
+                    size_t(mine.count) * sizeof(float));
+      }
+      *version = target;
+      return true;
+    }
+  }
+  const auto now = Clock::now();
+  for (int i = 0; i < S; ++i) {
+    ShardState& s = *shards_[i];
+    if (s.outstanding && now - s.sent_at < kRequestTimeout) continue;
+    if (target > *version && s.version < target) {
+      Request(i, target, target);  // catch this shard up to the version others gave
+    } else {
+      Request(i, std::max(*version, target) + 1, 0);  // anything newer
+    }
+  }
+  return false;
+}
+
+bool ParamsFetcher::WaitFirst(std::span<float> params, int64_t* version,
+                              std::chrono::duration<double> timeout, const std::atomic<bool>* stop) {
+  const auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (stop != nullptr && stop->load()) return false;
+    if (Poll(params, version)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+ParamsPublisher::ParamsPublisher(zmq::context_t& ctx, ClientOptions opt) : opt_(std::move(opt)) {
+  for (const auto& ep : opt_.endpoints) {
+    zmq::socket_t s(ctx, zmq::socket_type::dealer);
+    wire::ConfigureSender(s, 4, 0);
+    wire::ConfigureReceiver(s, 1 << 16);  // shards never answer puts
+    s.connect(ep);
+    sockets_.push_back(std::move(s));
+  }
+}
+ParamsPublisher::~ParamsPublisher() = default;
+
+bool ParamsPublisher::PutShard(int shard, std::span<const float> params, int64_t version) {
+  const int S = int(sockets_.size());
+  const net::Slice mine = net::ShardSlice(opt_.total_size, shard, S);
+  wire::PsRequest req;
+  *req.mutable_sender() = opt_.sender;
+  wire::ParamsSlice* put = req.mutable_put();
+  *put->mutable_sender() = opt_.sender;
+  put->set_has_params(true);
+  put->set_version(version);
+  put->set_shard(shard);
+  put->set_num_shards(S);
+  put->set_offset(mine.offset);
+  put->set_count(mine.count);
+  put->set_total_size(opt_.total_size);
+  put->set_layout_fingerprint(opt_.layout_fingerprint);
+  const wire::Frame frames[] = {{params.data() + mine.offset, size_t(mine.count) * sizeof(float)}};
+  return wire::SendMessage(sockets_[shard], req, frames);
+}
+
+int ParamsPublisher::Put(std::span<const float> params, int64_t version) {
+  int ok = 0;
+  for (int i = 0; i < int(sockets_.size()); ++i) ok += PutShard(i, params, version) ? 1 : 0;
+  return ok;
+}
+
+bool ParamsPublisher::PutAll(std::span<const float> params, int64_t version,
+                             const std::atomic<bool>* stop) {
+  std::vector<bool> done(sockets_.size(), false);
+  while (true) {
+    bool all = true;
+    for (size_t i = 0; i < sockets_.size(); ++i) {
+      if (!done[i]) done[i] = PutShard(int(i), params, version);
+      all = all && done[i];
+    }
+    if (all) return true;
+    if (stop != nullptr && stop->load()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace stampede::ps

@@ -1,0 +1,67 @@
+// The PS client side, used by actors (get) and learners (put). Owns one DEALER socket
+// per shard; used by one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "wire/messages.pb.h"
+
+namespace stampede::ps {
+
+struct ClientOptions {
+  std::vector<std::string> endpoints;  // one per shard, in shard order
+  int64_t total_size = 0;              // floats in the flat parameter vector
+  uint64_t layout_fingerprint = 0;
+  int64_t max_message_bytes = 64 << 20;
+  wire::Sender sender;
+};
+
+// Assembles whole versions from all shards without ever blocking the caller: Poll()
+// sends what requests are due, reads what replies have arrived, and reports a new
+// version only when every shard's slice of that same version is in.
+class ParamsFetcher {
+ public:
+  ParamsFetcher(zmq::context_t& ctx, ClientOptions opt);
+  ~ParamsFetcher();
+  // Non-blocking. If a complete version newer than *version is assembled, copies it
+  // into params (total_size floats), sets *version and returns true.
+  bool Poll(std::span<float> params, int64_t* version);
+  // Blocks (polling every 10 ms) until a first complete version arrives, `timeout`
+  // passes or *stop becomes true.
+  bool WaitFirst(std::span<float> params, int64_t* version, std::chrono::duration<double> timeout,
+                 const std::atomic<bool>* stop);
+  int64_t rejected_replies() const { return rejected_; }
+
+ private:
+  struct ShardState;
+  void Request(int shard, int64_t min_version, int64_t exact_version);
+  ClientOptions opt_;
+  std::vector<std::unique_ptr<ShardState>> shards_;
+  int64_t rejected_ = 0;
+};
+
+// Puts a new version of the whole vector to every shard (each gets its slice).
+// Never blocks: a shard whose queue is full misses this version (the next put carries
+// a newer one); returns how many shards took it.
+class ParamsPublisher {
+ public:
+  ParamsPublisher(zmq::context_t& ctx, ClientOptions opt);
+  ~ParamsPublisher();
+  int Put(std::span<const float> params, int64_t version);
+  // Retries until every shard has accepted `version` into its send queue or *stop.
+  bool PutAll(std::span<const float> params, int64_t version, const std::atomic<bool>* stop);
+
+ private:
+  bool PutShard(int shard, std::span<const float> params, int64_t version);
+  ClientOptions opt_;
+  std::vector<zmq::socket_t> sockets_;
+};
+
+}  // namespace stampede::ps

@@ -1,0 +1,144 @@
+#include "ps/shard.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "net/layout.h"
+#include "wire/zmq_util.h"
+
+namespace stampede::ps {
+
+struct Shard::Snapshot {
+  int64_t version;
+  std::vector<float> data;
+};
+
+Shard::Shard(zmq::context_t& ctx, ShardOptions opt)
+    : opt_(opt), socket_(ctx, zmq::socket_type::router) {
+  wire::ConfigureReceiver(socket_, opt_.max_message_bytes);
+  socket_.set(zmq::sockopt::router_mandatory, 0);
+  socket_.set(zmq::sockopt::sndhwm, 1000);
+}
+
+Shard::~Shard() = default;
+
+bool Shard::Bind(const std::string& endpoint, std::string* error) {
+  try {
+    socket_.bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    *error = "ps shard " + std::to_string(opt_.shard) + ": cannot bind " + endpoint + ": " + e.what();
+    return false;
+  }
+  return true;
+}
+
+std::string Shard::endpoint() const { return socket_.get(zmq::sockopt::last_endpoint); }
+
+void Shard::Run(const std::atomic<bool>& stop) {
+  std::vector<zmq::message_t> parts;
+  zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
+  while (!stop.load()) {
+    wire::Poll(items, 1, std::chrono::milliseconds(100));
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    while (wire::RecvMultipart(socket_, &parts, false)) {
+      wire::PsRequest req;
+      std::string problem;
+      if (parts.size() < 2 || parts.size() > 3 || !wire::ParseFrame(parts[1], &req)) {
+        problem = "unparsable request";
+      } else if (std::string e = wire::CheckProtocol(req.sender()); !e.empty()) {
+        problem = e;
+      }
+      if (!problem.empty()) {
+        ++stats_.bad_requests;
+        if (logged_bad_++ < 5) {
+          std::fprintf(stderr, "ps %d: dropped a request: %s\n", opt_.shard, problem.c_str());
+        }
+        continue;
+      }
+      if (req.has_put()) {
+        HandlePut(req.put(), parts.size() == 3 ? &parts[2] : nullptr);
+      } else if (req.has_get()) {
+        HandleGet(parts[0], req.get());
+      } else {
+        ++stats_.bad_requests;
+      }
+    }
+  }
+}
+
+void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data) {
+  const net::Slice mine = net::ShardSlice(put.total_size(), opt_.shard, opt_.num_shards);
+  const char* problem = nullptr;
+  if (put.shard() != opt_.shard || put.num_shards() != opt_.num_shards) {
+    problem = "put for another shard";
+  } else if (put.offset() != mine.offset || put.count() != mine.count || data == nullptr ||
+             data->size() != size_t(put.count()) * sizeof(float)) {
+    problem = "put slice does not match this shard's slice";
+  } else if (total_size_ >= 0 && (put.total_size() != total_size_ ||
+                                  put.layout_fingerprint() != layout_fingerprint_)) {
+    problem = "put for a different parameter layout";
+  }
+  if (problem != nullptr) {
+    ++stats_.bad_requests;
+    if (logged_bad_++ < 5) std::fprintf(stderr, "ps %d: dropped a put: %s\n", opt_.shard, problem);
+    return;
+  }
+  if (!versions_.empty() && put.version() <= versions_.back()->version) {
+    ++stats_.stale_puts;  // versions are monotone; an old put is ignored
+    return;
+  }
+  auto snap = std::make_shared<Snapshot>();
+  snap->version = put.version();
+  snap->data.resize(put.count());
+  std::memcpy(snap->data.data(), data->data(), data->size());
+  total_size_ = put.total_size();
+  layout_fingerprint_ = put.layout_fingerprint();
+  versions_.push_back(std::move(snap));
+  while (int(versions_.size()) > opt_.versions_kept) versions_.pop_front();
+  ++stats_.puts;
+  stats_.newest_version = put.version();
+}
+
+void Shard::HandleGet(const zmq::message_t& identity, const wire::GetParams& get) {
+  ++stats_.gets;
+  std::shared_ptr<const Snapshot> pick;
+  if (get.exact_version() > 0) {
+    for (const auto& s : versions_) {
+      if (s->version == get.exact_version()) pick = s;
+    }
+  }
+  if (!pick && !versions_.empty() && versions_.back()->version >= get.min_version()) {
+    pick = versions_.back();
+  }
+  wire::ParamsSlice reply;
+  *reply.mutable_sender() = wire::MakeSender(wire::ROLE_PS, opt_.shard, opt_.incarnation);
+  reply.set_shard(opt_.shard);
+  reply.set_num_shards(opt_.num_shards);
+  reply.set_has_params(pick != nullptr);
+  if (pick) {
+    const net::Slice mine = net::ShardSlice(total_size_, opt_.shard, opt_.num_shards);
+    reply.set_version(pick->version);
+    reply.set_offset(mine.offset);
+    reply.set_count(mine.count);
+    reply.set_total_size(total_size_);
+    reply.set_layout_fingerprint(layout_fingerprint_);
+  }
+  zmq::message_t id(identity.data(), identity.size());
+  const std::string head = reply.SerializeAsString();
+  zmq::message_t head_msg(head.data(), head.size());
+  if (!socket_.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) return;
+  if (!pick) {
+    (void)socket_.send(head_msg, zmq::send_flags::none);
+    return;
+  }
+  (void)socket_.send(head_msg, zmq::send_flags::sndmore);
+  // Zero-copy: the message keeps the snapshot alive until ZeroMQ has sent it.
+  auto* hold = new std::shared_ptr<const Snapshot>(pick);
+  zmq::message_t body(const_cast<float*>(pick->data.data()), pick->data.size() * sizeof(float),
+                      [](void*, void* hint) { delete static_cast<std::shared_ptr<const Snapshot>*>(hint); },
+                      hold);
+  (void)socket_.send(body, zmq::send_flags::none);
+  ++stats_.replies_with_params;
+}
+
+}  // namespace stampede::ps

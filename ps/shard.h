@@ -1,0 +1,57 @@
+// One parameter-server shard: owns a contiguous slice of the flat parameter vector and
+// the last few versions of it, as immutable snapshots. One thread (Run) owns its one
+// ROUTER socket: learners put slices (PsRequest.put), actors get them (PsRequest.get).
+// A reply is sent without copying the snapshot (the message holds a reference).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "wire/messages.pb.h"
+
+namespace stampede::ps {
+
+struct ShardOptions {
+  int shard = 0;
+  int num_shards = 1;
+  int versions_kept = 8;
+  int64_t max_message_bytes = 64 << 20;
+  uint64_t incarnation = 1;
+};
+
+struct ShardStats {
+  std::atomic<int64_t> puts{0}, stale_puts{0}, bad_requests{0}, gets{0}, replies_with_params{0};
+  std::atomic<int64_t> newest_version{-1};
+};
+
+class Shard {
+ public:
+  Shard(zmq::context_t& ctx, ShardOptions opt);
+  ~Shard();
+  // Binds the ROUTER socket; returns false with `error` set if the endpoint is taken.
+  [[nodiscard]] bool Bind(const std::string& endpoint, std::string* error);
+  std::string endpoint() const;  // the bound endpoint (resolves "tcp://...:*")
+  // Serves until `stop` is set (checked every 100 ms).
+  void Run(const std::atomic<bool>& stop);
+  const ShardStats& stats() const { return stats_; }
+
+ private:
+  struct Snapshot;
+  void HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data);
+  void HandleGet(const zmq::message_t& identity, const wire::GetParams& get);
+  ShardOptions opt_;
+  zmq::socket_t socket_;
+  std::deque<std::shared_ptr<const Snapshot>> versions_;  // oldest first
+  int64_t total_size_ = -1;
+  uint64_t layout_fingerprint_ = 0;
+  ShardStats stats_;
+  int logged_bad_ = 0;
+};
+
+}  // namespace stampede::ps

@@ -1,0 +1,493 @@
+#include "tools/coordinator.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <zmq.hpp>
+
+#include "tools/signals.h"
+#include "wire/config.h"
+#include "wire/zmq_util.h"
+
+namespace stampede::tools {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using status_atom = caf::atom_constant<caf::atom("status")>;
+using exited_atom = caf::atom_constant<caf::atom("exited")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+
+namespace {
+
+int FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+std::string Loopback() { return "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort()); }
+
+double UnixTime() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Writes `text` to path via a temp file, fsync and rename.
+void WriteAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return;
+  (void)!::write(fd, text.data(), text.size());
+  ::fsync(fd);
+  ::close(fd);
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+std::string TailOfFile(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (s.size() > max_bytes) s = "..." + s.substr(s.size() - max_bytes);
+  return s;
+}
+
+std::string Human(double v) {
+  char buf[32];
+  if (std::fabs(v) >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  } else if (std::fabs(v) >= 1e3) {
+    std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  }
+  return buf;
+}
+
+struct Child {
+  wire::Role role = wire::ROLE_UNSPECIFIED;
+  int index = 0;
+  pid_t pid = -1;
+  Clock::time_point last_heard;
+  std::string activity = "starting";
+  bool alive = true;
+  std::string log_path;
+};
+
+struct SupervisorState {
+  config::Config cfg;
+  RunOptions opt;
+  std::string self_exe;
+  std::string config_path;
+  std::map<pid_t, Child> children;
+  std::ofstream metrics;
+  Clock::time_point start;
+  wire::Status learner;  // newest learner status
+  bool have_learner_status = false;
+  double lag_mean_acc = 0;
+  int lag_mean_n = 0;
+  int64_t lag_max_acc = 0;
+  int64_t last_frames = 0;
+  Clock::time_point last_tick;
+  bool stopping = false;
+  Clock::time_point stop_deadline;
+  bool killed = false;
+  int actor_restarts = 0;
+  RunResult* result = nullptr;
+  std::shared_ptr<std::atomic<bool>> done;
+};
+
+using Supervisor = caf::stateful_actor<SupervisorState>;
+
+void WriteProcesses(SupervisorState& st) {
+  std::ostringstream os;
+  for (const auto& [pid, c] : st.children) {
+    if (c.alive) os << wire::RoleName(c.role) << " " << c.index << " " << pid << "\n";
+  }
+  WriteAtomically(st.cfg.run_dir() + "/processes.txt", os.str());
+}
+
+void Event(SupervisorState& st, const std::string& name, nlohmann::json extra) {
+  extra["event"] = name;
+  extra["wall_time"] = UnixTime();
+  extra["elapsed_s"] = std::chrono::duration<double>(Clock::now() - st.start).count();
+  extra["env_frames"] = st.learner.env_frames();
+  extra["learner_step"] = st.learner.learner_steps();
+  st.metrics << extra.dump() << "\n";
+  st.metrics.flush();
+}
+
+pid_t Spawn(SupervisorState& st, wire::Role role, int index) {
+  const std::string role_name = wire::RoleName(role);
+  const std::string log = st.cfg.run_dir() + "/logs/" + role_name + "-" + std::to_string(index) + ".log";
+  const std::string index_str = std::to_string(index);
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    // A child never outlives the coordinator.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    ::execl(st.self_exe.c_str(), st.self_exe.c_str(), role_name.c_str(), "--config",
+            st.config_path.c_str(), "--task-index", index_str.c_str(), (char*)nullptr);
+    ::_exit(127);
+  }
+  Child c;
+  c.role = role;
+  c.index = index;
+  c.pid = pid;
+  c.last_heard = Clock::now();
+  c.log_path = log;
+  st.children[pid] = c;
+  WriteProcesses(st);
+  return pid;
+}
+
+void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
+  auto& st = self->state;
+  if (st.stopping) return;
+  st.stopping = true;
+  st.result->exit_code = exit_code;
+  if (!st.opt.quiet || exit_code != 0) std::fprintf(stderr, "stampede: stopping: %s\n", reason.c_str());
+  Event(st, "stop", {{"reason", reason}, {"exit_code", exit_code}});
+  st.stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(st.cfg.coordinator().shutdown_grace_s()));
+  for (auto& [pid, c] : st.children) {
+    if (c.alive) ::kill(pid, SIGTERM);
+  }
+}
+
+void Finish(Supervisor* self) {
+  auto& st = self->state;
+  RunResult& r = *st.result;
+  r.wall_seconds = std::chrono::duration<double>(Clock::now() - st.start).count();
+  r.env_frames = st.learner.env_frames();
+  r.learner_steps = st.learner.learner_steps();
+  r.mean_return_100 = st.learner.mean_return_100();
+  r.actor_restarts = st.actor_restarts;
+  nlohmann::json summary = {{"exit_code", r.exit_code},
+                            {"wall_seconds", r.wall_seconds},
+                            {"env_frames", r.env_frames},
+                            {"learner_steps", r.learner_steps},
+                            {"mean_return_100", r.mean_return_100},
+                            {"episodes", st.learner.episodes()},
+                            {"frames_per_second", r.wall_seconds > 0 ? r.env_frames / r.wall_seconds : 0},
+                            {"frames_to_target", r.frames_to_target},
+                            {"seconds_to_target", r.seconds_to_target},
+                            {"target_return", st.cfg.stop().target_return()},
+                            {"actor_restarts", r.actor_restarts}};
+  WriteAtomically(st.cfg.run_dir() + "/summary.json", summary.dump(2) + "\n");
+  if (!st.opt.quiet) {
+    std::printf("stampede: done in %.1f s: %s frames (%s/s), %lld learner steps, mean return(100) %.2f",
+                r.wall_seconds, Human(double(r.env_frames)).c_str(),
+                Human(r.wall_seconds > 0 ? r.env_frames / r.wall_seconds : 0).c_str(),
+                r.learner_steps, r.mean_return_100);
+    if (r.frames_to_target >= 0) {
+      std::printf("; target %.1f reached at %lld frames, %.1f s", st.cfg.stop().target_return(),
+                  r.frames_to_target, r.seconds_to_target);
+    }
+    std::printf("\nstampede: run directory %s\n", st.cfg.run_dir().c_str());
+    std::fflush(stdout);
+  }
+  st.done->store(true);
+  self->quit();
+}
+
+void OnStatus(Supervisor* self, const std::string& bytes) {
+  auto& st = self->state;
+  wire::Status s;
+  if (!s.ParseFromString(bytes) || !wire::CheckProtocol(s.sender()).empty()) return;
+  auto it = st.children.find(pid_t(s.pid()));
+  if (it != st.children.end()) {
+    it->second.last_heard = Clock::now();
+    it->second.activity = s.activity();
+  }
+  if (s.sender().role() != wire::ROLE_LEARNER) return;
+  st.learner = s;
+  st.have_learner_status = true;
+  st.lag_mean_acc += s.policy_lag_mean();
+  ++st.lag_mean_n;
+  st.lag_max_acc = std::max(st.lag_max_acc, s.policy_lag_max());
+  RunResult& r = *st.result;
+  const auto& stop = st.cfg.stop();
+  const bool target_set = stop.target_return() != 0 || stop.stop_at_target();
+  if (target_set && r.frames_to_target < 0 && s.returns_counted() >= 100 &&
+      s.mean_return_100() >= stop.target_return()) {
+    r.frames_to_target = s.env_frames();
+    r.seconds_to_target = std::chrono::duration<double>(Clock::now() - st.start).count();
+    if (!st.opt.quiet) {
+      std::printf("stampede: mean return(100) %.2f >= target %.2f at %lld frames, %.1f s\n",
+                  s.mean_return_100(), stop.target_return(), (long long)r.frames_to_target,
+                  r.seconds_to_target);
+      std::fflush(stdout);
+    }
+    Event(st, "target_reached", {{"mean_return_100", s.mean_return_100()}});
+    if (stop.stop_at_target()) BeginStop(self, "target return reached", 0);
+  }
+  if (s.env_frames() >= stop.total_env_frames()) {
+    BeginStop(self, "frame budget of " + std::to_string(stop.total_env_frames()) + " spent", 0);
+  } else if (stop.max_learner_steps() > 0 && s.learner_steps() >= stop.max_learner_steps()) {
+    BeginStop(self, "learner step budget spent", 0);
+  }
+}
+
+void OnExit(Supervisor* self, int pid, int wstatus) {
+  auto& st = self->state;
+  auto it = st.children.find(pid_t(pid));
+  if (it == st.children.end()) return;
+  Child c = it->second;
+  st.children.erase(it);
+  WriteProcesses(st);
+  std::string how = WIFEXITED(wstatus) ? "exited with status " + std::to_string(WEXITSTATUS(wstatus))
+                                       : "was killed by signal " + std::to_string(WTERMSIG(wstatus));
+  const std::string who = std::string(wire::RoleName(c.role)) + " " + std::to_string(c.index);
+  if (st.stopping) {
+    if (!(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) && !st.killed) {
+      std::fprintf(stderr, "stampede: %s %s while stopping (log: %s)\n", who.c_str(), how.c_str(),
+                   c.log_path.c_str());
+    }
+    if (st.children.empty()) Finish(self);
+    return;
+  }
+  Event(st, "process_exit", {{"process", who}, {"pid", pid}, {"how", how}});
+  if (c.role == wire::ROLE_ACTOR) {
+    if (st.actor_restarts >= st.cfg.coordinator().max_actor_restarts()) {
+      BeginStop(self, who + " " + how + " and the restart budget (coordinator.max_actor_restarts) is spent", 1);
+      return;
+    }
+    ++st.actor_restarts;
+    const pid_t fresh = Spawn(st, wire::ROLE_ACTOR, c.index);
+    std::fprintf(stderr, "stampede: %s (pid %d) %s; restarted as pid %d\n", who.c_str(), pid,
+                 how.c_str(), int(fresh));
+    Event(st, "actor_restart", {{"actor", c.index}, {"old_pid", pid}, {"new_pid", fresh}, {"how", how}});
+    return;
+  }
+  std::fprintf(stderr, "stampede: %s (pid %d) %s; its log (%s) ends:\n%s\n", who.c_str(), pid,
+               how.c_str(), c.log_path.c_str(), TailOfFile(c.log_path, 2000).c_str());
+  BeginStop(self, who + " " + how, 1);
+}
+
+void OnTick(Supervisor* self) {
+  auto& st = self->state;
+  const auto now = Clock::now();
+  if (st.stopping) {
+    if (!st.killed && now > st.stop_deadline) {
+      for (auto& [pid, c] : st.children) {
+        std::fprintf(stderr, "stampede: %s %d did not exit within %.0f s of SIGTERM (last: %s); killing it\n",
+                     wire::RoleName(c.role), c.index, st.cfg.coordinator().shutdown_grace_s(),
+                     c.activity.c_str());
+        ::kill(pid, SIGKILL);
+      }
+      st.killed = true;
+    }
+    self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
+    return;
+  }
+  // Heartbeats: a silent process is reported with what it was last doing.
+  const auto timeout = std::chrono::duration<double>(st.cfg.coordinator().heartbeat_timeout_s());
+  for (auto& [pid, c] : st.children) {
+    if (!c.alive || now - c.last_heard < timeout) continue;
+    std::fprintf(stderr, "stampede: %s %d (pid %d) silent for %.0f s; last doing: %s\n",
+                 wire::RoleName(c.role), c.index, int(pid), timeout.count(), c.activity.c_str());
+    Event(st, "silent", {{"process", std::string(wire::RoleName(c.role)) + " " + std::to_string(c.index)},
+                         {"last_activity", c.activity}});
+    if (c.role == wire::ROLE_ACTOR) {
+      ::kill(pid, SIGKILL);  // restarted when its exit is seen
+      c.last_heard = now;
+    } else {
+      BeginStop(self, std::string(wire::RoleName(c.role)) + " silent", 1);
+      self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
+      return;
+    }
+  }
+  const double interval = st.cfg.coordinator().progress_interval_s();
+  if (now - st.last_tick >= std::chrono::duration<double>(interval)) {
+    const double dt = std::chrono::duration<double>(now - st.last_tick).count();
+    const double elapsed = std::chrono::duration<double>(now - st.start).count();
+    const auto& s = st.learner;
+    const double fps = double(s.env_frames() - st.last_frames) / dt;
+    const double lag_mean = st.lag_mean_n ? st.lag_mean_acc / st.lag_mean_n : 0;
+    int actors_alive = 0;
+    for (auto& [pid, c] : st.children) actors_alive += c.role == wire::ROLE_ACTOR;
+    if (!st.opt.quiet) {
+      std::printf("[%7.1fs] frames %s (%s/s) | episodes %lld | return(100) %.2f | steps %lld | "
+                  "lag %.1f/%lld | queue %d | dropped %lld | actors %d\n",
+                  elapsed, Human(double(s.env_frames())).c_str(), Human(fps).c_str(),
+                  (long long)s.episodes(), s.mean_return_100(), (long long)s.learner_steps(),
+                  lag_mean, (long long)st.lag_max_acc, s.queue_depth(),
+                  (long long)s.dropped_trajectories(), actors_alive);
+      std::fflush(stdout);
+    }
+    nlohmann::json row = {{"wall_time", UnixTime()},
+                          {"elapsed_s", elapsed},
+                          {"env_frames", s.env_frames()},
+                          {"frames_per_s", fps},
+                          {"learner_step", s.learner_steps()},
+                          {"episodes", s.episodes()},
+                          {"mean_return_100", s.mean_return_100()},
+                          {"mean_episode_length_100", s.mean_episode_length_100()},
+                          {"returns_counted", s.returns_counted()},
+                          {"policy_lag_mean", lag_mean},
+                          {"policy_lag_max", st.lag_max_acc},
+                          {"policy_version", s.policy_version()},
+                          {"queue_depth", s.queue_depth()},
+                          {"dropped_trajectories", s.dropped_trajectories()},
+                          {"pg_loss", s.pg_loss()},
+                          {"baseline_loss", s.baseline_loss()},
+                          {"entropy", s.entropy()},
+                          {"grad_norm", s.grad_norm()},
+                          {"learning_rate", s.learning_rate()},
+                          {"train_seconds", s.train_seconds()},
+                          {"actors_alive", actors_alive},
+                          {"actor_restarts", st.actor_restarts}};
+    st.metrics << row.dump() << "\n";
+    st.metrics.flush();
+    st.last_tick = now;
+    st.last_frames = s.env_frames();
+    st.lag_mean_acc = 0;
+    st.lag_mean_n = 0;
+    st.lag_max_acc = 0;
+  }
+  self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
+}
+
+caf::behavior SupervisorBehavior(Supervisor* self) {
+  auto& st = self->state;
+  st.start = Clock::now();
+  st.last_tick = st.start;
+  for (int s = 0; s < st.cfg.ps().num_shards(); ++s) Spawn(st, wire::ROLE_PS, s);
+  Spawn(st, wire::ROLE_LEARNER, 0);
+  for (int a = 0; a < st.cfg.actors().num_actors(); ++a) Spawn(st, wire::ROLE_ACTOR, a);
+  Event(st, "start", {{"config", st.config_path}});
+  self->send(self, tick_atom::value);
+  return {
+      [=](status_atom, const std::string& bytes) { OnStatus(self, bytes); },
+      [=](exited_atom, int pid, int wstatus) { OnExit(self, pid, wstatus); },
+      [=](tick_atom) { OnTick(self); },
+      [=](stop_atom, const std::string& reason, int code) { BeginStop(self, reason, code); },
+  };
+}
+
+// One thread of its own: owns the coordinator's PULL socket, reaps exited children
+// and turns Ctrl-C into a stop request.
+void Watcher(caf::blocking_actor* self, caf::actor supervisor, std::string endpoint,
+             int64_t max_bytes, std::shared_ptr<std::atomic<bool>> done,
+             std::shared_ptr<std::atomic<bool>> bound) {
+  zmq::context_t ctx(1);
+  zmq::socket_t pull(ctx, zmq::socket_type::pull);
+  wire::ConfigureReceiver(pull, max_bytes);
+  pull.bind(endpoint);
+  bound->store(true);
+  bool signalled = false;
+  zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0}};
+  zmq::message_t msg;
+  while (!done->load()) {
+    try {
+      zmq::poll(items, 1, std::chrono::milliseconds(50));
+    } catch (const zmq::error_t&) {
+      // EINTR from Ctrl-C
+    }
+    while (pull.recv(msg, zmq::recv_flags::dontwait)) {
+      self->send(supervisor, status_atom::value, msg.to_string());
+    }
+    int wstatus = 0;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &wstatus, WNOHANG)) > 0) {
+      self->send(supervisor, exited_atom::value, int(pid), wstatus);
+    }
+    if (!signalled && StopFlag().load()) {
+      signalled = true;
+      self->send(supervisor, stop_atom::value, std::string("interrupted (signal ") +
+                                                   std::to_string(StopSignal()) + ")",
+                 130);
+    }
+  }
+}
+
+std::string SelfExe() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("stampede") : p.string();
+}
+
+}  // namespace
+
+void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
+  auto* cl = cfg->mutable_cluster();
+  if (cl->coordinator().empty()) cl->set_coordinator(Loopback());
+  if (cl->learner().empty()) cl->set_learner(Loopback());
+  if (cl->ps_size() == 0) {
+    for (int s = 0; s < cfg->ps().num_shards(); ++s) cl->add_ps(Loopback());
+  }
+  if (cfg->run_dir().empty()) {
+    char stamp[32];
+    std::time_t t = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
+    cfg->set_run_dir("runs/" + opt.config_name + "-" + stamp + "-" + std::to_string(::getpid()));
+  }
+}
+
+RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
+  RunResult result;
+  ResolveRunConfig(&cfg, opt);
+  fs::create_directories(cfg.run_dir() + "/logs");
+  result.run_dir = cfg.run_dir();
+  const std::string config_path = cfg.run_dir() + "/config.textproto";
+  WriteAtomically(config_path, ConfigToText(cfg));
+  InstallStopHandlers();
+  {
+    caf::actor_system_config sys_cfg;
+    caf::actor_system sys{sys_cfg};
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    auto bound = std::make_shared<std::atomic<bool>>(false);
+    auto sup = sys.spawn([&](Supervisor* self) {
+      auto& st = self->state;
+      st.cfg = cfg;
+      st.opt = opt;
+      st.self_exe = SelfExe();
+      st.config_path = config_path;
+      st.metrics.open(cfg.run_dir() + "/metrics.jsonl", std::ios::app);
+      st.result = &result;
+      st.done = done;
+      while (!bound->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return SupervisorBehavior(self);
+    });
+    sys.spawn<caf::detached>(Watcher, sup, cfg.cluster().coordinator(),
+                             cfg.cluster().max_message_bytes(), done, bound);
+    sys.await_all_actors_done();
+  }
+  return result;
+}
+
+}  // namespace stampede::tools

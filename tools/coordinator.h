@@ -1,0 +1,33 @@
+// `stampede run`: starts the PS shards, the learner and the actors as processes on
+// this machine, supervises them (CAF actors inside this process), prints progress,
+// writes RUN_DIR/metrics.jsonl, stops everything at the global budget or on Ctrl-C.
+#pragma once
+
+#include <string>
+
+#include "wire/config.pb.h"
+
+namespace stampede::tools {
+
+struct RunOptions {
+  std::string config_name = "run";  // for the default run directory
+  bool quiet = false;                // no progress lines (bench)
+};
+
+struct RunResult {
+  int exit_code = 0;
+  std::string run_dir;
+  double wall_seconds = 0;
+  long long env_frames = 0;
+  long long learner_steps = 0;
+  double mean_return_100 = 0;
+  long long frames_to_target = -1;  // first frames at which the target was met
+  double seconds_to_target = -1;
+  int actor_restarts = 0;
+};
+
+// Fills free loopback endpoints for any cluster address left empty and the run dir.
+void ResolveRunConfig(config::Config* cfg, const RunOptions& opt);
+RunResult RunCoordinator(config::Config cfg, const RunOptions& opt);
+
+}  // namespace stampede::tools

@@ -1,0 +1,103 @@
+// The one Stampede binary: `stampede run CONFIG` (the coordinator), the single roles
+// (`actor`, `learner`, `ps`) for launching by hand or by a cluster manager, and `bench`.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+
+#include "envs/env.h"
+#include "tools/bench.h"
+#include "tools/coordinator.h"
+#include "tools/roles.h"
+#include "tools/signals.h"
+#include "wire/config.h"
+
+namespace {
+
+// Loads and checks the config; the env name is checked here too (wire/ knows no envs).
+bool Load(const std::string& path, const std::vector<std::string>& sets,
+          stampede::LoadedConfig* out) {
+  std::string error;
+  if (!stampede::LoadConfig(path, sets, out, &error)) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return false;
+  }
+  const auto names = stampede::envs::RegisteredEnvs();
+  if (std::find(names.begin(), names.end(), out->config.env().name()) == names.end()) {
+    std::string known;
+    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "%s: env.name: unknown environment \"%s\", expected one of: %s\n",
+                 out->Where("env.name").c_str(), out->config.env().name().c_str(), known.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool NeedsEndpoints(const stampede::config::Config& cfg, const char* role) {
+  if (!cfg.cluster().learner().empty() && cfg.cluster().ps_size() > 0) return true;
+  std::fprintf(stderr,
+               "stampede %s: cluster.learner and cluster.ps must be set in the config "
+               "(`stampede run` fills them in RUN_DIR/config.textproto)\n",
+               role);
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Stampede: IMPALA-style distributed reinforcement learning"};
+  app.require_subcommand(1);
+  std::string config_path;
+  std::vector<std::string> sets;
+  int task_index = 0;
+
+  auto* run = app.add_subcommand("run", "Start and supervise a whole fleet from one config");
+  run->add_option("config", config_path, "Config file (protobuf text format)")->required();
+  std::string run_dir;
+  run->add_option("--run-dir", run_dir, "Run directory (same as --set run_dir=...)");
+
+  std::vector<CLI::App*> roles;
+  for (const char* role : {"actor", "learner", "ps"}) {
+    auto* sub = app.add_subcommand(role, std::string("Run one ") + role + " process");
+    sub->add_option("--config", config_path, "Config file")->required();
+    sub->add_option("--task-index", task_index, "Index of this process within its role")
+        ->default_val(0);
+    roles.push_back(sub);
+  }
+  auto* bench = app.add_subcommand("bench", "Measure env, actor and fleet throughput");
+  stampede::tools::BenchOptions bench_opt;
+  bench->add_option("--config", bench_opt.config_path, "Config for the fleet benchmark")
+      ->default_val("configs/cartpole.textproto");
+  bench->add_option("--seconds", bench_opt.seconds, "Seconds per micro-benchmark")->default_val(2.0);
+  bench->add_option("--fleet-frames", bench_opt.fleet_frames,
+                    "Frame budget of the end-to-end fleet run (0 skips it)")
+      ->default_val(1000000);
+  for (auto* sub : {run, roles[0], roles[1], roles[2], bench}) {
+    sub->add_option("--set", sets, "Override a config field: path=value (repeatable)");
+  }
+  CLI11_PARSE(app, argc, argv);
+
+  if (run->parsed()) {
+    if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
+    stampede::LoadedConfig loaded;
+    if (!Load(config_path, sets, &loaded)) return 2;
+    stampede::tools::RunOptions opt;
+    opt.config_name = std::filesystem::path(config_path).stem().string();
+    return stampede::tools::RunCoordinator(loaded.config, opt).exit_code;
+  }
+  if (bench->parsed()) {
+    bench_opt.sets = sets;
+    return stampede::tools::RunBench(bench_opt);
+  }
+  for (auto* sub : roles) {
+    if (!sub->parsed()) continue;
+    stampede::LoadedConfig loaded;
+    if (!Load(config_path, sets, &loaded)) return 2;
+    const std::string role = sub->get_name();
+    if (!NeedsEndpoints(loaded.config, role.c_str())) return 2;
+    stampede::tools::InstallStopHandlers();
+    if (role == "actor") return stampede::tools::RunActorRole(loaded.config, task_index);
+    if (role == "learner") return stampede::tools::RunLearnerRole(loaded.config, task_index);
+    return stampede::tools::RunPsRole(loaded.config, task_index);
+  }
+  return 2;
+}

@@ -1,0 +1,314 @@
+#include "wire/config.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace stampede {
+namespace pb = google::protobuf;
+
+struct LoadedConfig::Locations {
+  pb::TextFormat::ParseInfoTree tree;
+};
+
+LoadedConfig::LoadedConfig() = default;
+LoadedConfig::~LoadedConfig() = default;
+LoadedConfig::LoadedConfig(LoadedConfig&&) noexcept = default;
+LoadedConfig& LoadedConfig::operator=(LoadedConfig&&) noexcept = default;
+
+namespace {
+
+class CollectErrors : public pb::io::ErrorCollector {
+ public:
+  explicit CollectErrors(std::string name) : name_(std::move(name)) {}
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    if (!text_.empty()) text_ += "\n";
+    text_ += name_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " +
+             message;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  std::string name_;
+  std::string text_;
+};
+
+std::vector<std::string> SplitPath(std::string_view path) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t dot = path.find('.', start);
+    if (dot == std::string_view::npos) dot = path.size();
+    parts.emplace_back(path.substr(start, dot - start));
+    start = dot + 1;
+  }
+  return parts;
+}
+
+// Values of a numeric field at a dotted path (several for a repeated field; none if an
+// enclosing message is absent, which means every default applies).
+std::vector<double> NumbersAt(const pb::Message& root, std::string_view path) {
+  const pb::Message* msg = &root;
+  auto parts = SplitPath(path);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(parts[i]);
+    if (f == nullptr) return {};
+    const pb::Reflection* r = msg->GetReflection();
+    if (i + 1 < parts.size()) {
+      msg = &r->GetMessage(*msg, f);
+      continue;
+    }
+    auto get = [&](int idx) -> double {
+      bool rep = f->is_repeated();
+      switch (f->cpp_type()) {
+        case pb::FieldDescriptor::CPPTYPE_INT32:
+          return rep ? r->GetRepeatedInt32(*msg, f, idx) : r->GetInt32(*msg, f);
+        case pb::FieldDescriptor::CPPTYPE_INT64:
+          return double(rep ? r->GetRepeatedInt64(*msg, f, idx) : r->GetInt64(*msg, f));
+        case pb::FieldDescriptor::CPPTYPE_UINT64:
+          return double(rep ? r->GetRepeatedUInt64(*msg, f, idx) : r->GetUInt64(*msg, f));
+        case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+          return rep ? r->GetRepeatedDouble(*msg, f, idx) : r->GetDouble(*msg, f);
+        case pb::FieldDescriptor::CPPTYPE_FLOAT:
+          return rep ? r->GetRepeatedFloat(*msg, f, idx) : r->GetFloat(*msg, f);
+        default:
+          return 0;
+      }
+    };
+    std::vector<double> out;
+    if (f->is_repeated()) {
+      for (int k = 0; k < r->FieldSize(*msg, f); ++k) out.push_back(get(k));
+    } else {
+      out.push_back(get(0));
+    }
+    return out;
+  }
+  return {};
+}
+
+std::string FormatNumber(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+std::string LoadedConfig::Where(std::string_view path) const {
+  if (overridden_.count(std::string(path))) return "--set " + std::string(path);
+  if (!locations_) return source;
+  const pb::TextFormat::ParseInfoTree* tree = &locations_->tree;
+  const pb::Message* msg = &config;
+  auto parts = SplitPath(path);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(parts[i]);
+    if (f == nullptr || tree == nullptr) return source;
+    int index = f->is_repeated() ? 0 : -1;
+    if (i + 1 < parts.size()) {
+      tree = tree->GetTreeForNested(f, index);
+      msg = &msg->GetReflection()->GetMessage(*msg, f);
+      continue;
+    }
+    pb::TextFormat::ParseLocation loc = tree->GetLocation(f, index);
+    if (loc.line < 0) return source;
+    return source + ":" + std::to_string(loc.line + 1) + ":" + std::to_string(loc.column + 1);
+  }
+  return source;
+}
+
+bool ParseConfigText(const std::string& text, const std::string& name, config::Config* out,
+                     std::string* error) {
+  CollectErrors errors(name);
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text, out)) {
+    *error = errors.text().empty() ? name + ": cannot parse config" : errors.text();
+    return false;
+  }
+  return true;
+}
+
+bool ApplyOverride(const std::string& assignment, config::Config* cfg, std::string* error,
+                   std::string* path_out) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    *error = "--set " + assignment + ": expected path=value (e.g. learner.batch_size=64)";
+    return false;
+  }
+  std::string path = assignment.substr(0, eq);
+  std::string value = assignment.substr(eq + 1);
+  if (path_out) *path_out = path;
+  pb::Message* msg = cfg;
+  auto parts = SplitPath(path);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(parts[i]);
+    if (f == nullptr) {
+      *error = "--set " + assignment + ": " + msg->GetDescriptor()->full_name() +
+               " has no field named \"" + parts[i] + "\"";
+      return false;
+    }
+    const pb::Reflection* r = msg->GetReflection();
+    if (i + 1 < parts.size()) {
+      if (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE || f->is_repeated()) {
+        *error = "--set " + assignment + ": \"" + parts[i] + "\" is not a message field";
+        return false;
+      }
+      msg = r->MutableMessage(msg, f);
+      continue;
+    }
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      *error = "--set " + assignment + ": \"" + parts[i] +
+               "\" is a message; set one of its fields (" + path + ".<field>=...)";
+      return false;
+    }
+    std::vector<std::string> values;
+    if (f->is_repeated()) {
+      r->ClearField(msg, f);
+      std::stringstream ss(value);
+      std::string item;
+      while (std::getline(ss, item, ',')) values.push_back(item);
+    } else {
+      values.push_back(value);
+    }
+    for (std::string v : values) {
+      if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING &&
+          (v.empty() || (v.front() != '"' && v.front() != '\''))) {
+        v = "\"" + v + "\"";
+      }
+      if (!pb::TextFormat::ParseFieldValueFromString(v, f, msg)) {
+        *error = "--set " + assignment + ": \"" + value + "\" is not a valid " +
+                 f->cpp_type_name() + " for " + path;
+        return false;
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+bool LoadConfig(const std::string& path, const std::vector<std::string>& overrides,
+                LoadedConfig* out, std::string* error) {
+  std::ifstream in(path);
+  if (!in) {
+    *error = path + ": cannot open config file";
+    return false;
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  out->source = path;
+  out->config.Clear();
+  out->locations_ = std::make_unique<LoadedConfig::Locations>();
+  CollectErrors errors(path);
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&out->locations_->tree);
+  if (!parser.ParseFromString(buf.str(), &out->config)) {
+    *error = errors.text().empty() ? path + ": cannot parse config" : errors.text();
+    return false;
+  }
+  for (const auto& o : overrides) {
+    std::string p;
+    if (!ApplyOverride(o, &out->config, error, &p)) return false;
+    out->overridden_.insert(p);
+  }
+  return ValidateConfig(*out, error);
+}
+
+namespace {
+struct Range {
+  const char* path;
+  double lo;
+  double hi;
+  bool lo_open;
+  bool integer;
+};
+// Every numeric field with a limit. Values outside stop the program before start-up.
+constexpr Range kRanges[] = {
+    {"env.max_episode_steps", 0, 1e9, false, true},
+    {"net.hidden_sizes", 1, 65536, false, true},
+    {"actors.num_actors", 1, 1024, false, true},
+    {"actors.envs_per_actor", 1, 4096, false, true},
+    {"actors.unroll_length", 1, 10000, false, true},
+    {"actors.first_params_timeout_s", 0, 1e6, true, false},
+    {"learner.batch_size", 1, 65536, false, true},
+    {"learner.discount", 0, 1, false, false},
+    {"learner.lambda", 0, 1, false, false},
+    {"learner.clip_rho_threshold", -1e9, 1e9, false, false},
+    {"learner.clip_c_threshold", -1e9, 1e9, false, false},
+    {"learner.clip_pg_rho_threshold", -1e9, 1e9, false, false},
+    {"learner.baseline_cost", 0, 1e6, false, false},
+    {"learner.entropy_cost", 0, 1e6, false, false},
+    {"learner.max_grad_norm", -1e30, 1e30, false, false},
+    {"learner.publish_every", 1, 1e6, false, true},
+    {"learner.queue_capacity", 1, 1e7, false, true},
+    {"learner.optimizer.learning_rate", 0, 10, true, false},
+    {"learner.optimizer.decay", 0, 1, false, false},
+    {"learner.optimizer.momentum", 0, 1, false, false},
+    {"learner.optimizer.epsilon", 0, 1e6, true, false},
+    {"learner.status_interval_s", 0, 60, true, false},
+    {"learner.checkpoint_interval_s", 0, 1e9, false, false},
+    {"ps.num_shards", 1, 64, false, true},
+    {"ps.versions_kept", 1, 1024, false, true},
+    {"stop.total_env_frames", 1, 1e15, false, true},
+    {"stop.max_learner_steps", 0, 1e15, false, true},
+    {"stop.target_return", -1e30, 1e30, false, false},
+    {"cluster.max_message_bytes", 1024, 1e12, false, true},
+    {"coordinator.progress_interval_s", 0, 5, true, false},
+    {"coordinator.heartbeat_timeout_s", 0, 1e6, true, false},
+    {"coordinator.max_actor_restarts", 0, 1e9, false, true},
+    {"coordinator.shutdown_grace_s", 0, 3600, true, false},
+};
+}  // namespace
+
+bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
+  for (const Range& range : kRanges) {
+    for (double v : NumbersAt(loaded.config, range.path)) {
+      bool ok = std::isfinite(v) && (range.lo_open ? v > range.lo : v >= range.lo) && v <= range.hi;
+      if (ok) continue;
+      *error = loaded.Where(range.path) + ": " + range.path + ": " + FormatNumber(v) +
+               " is out of range, expected " + (range.integer ? "an integer" : "a number") +
+               " in " + (range.lo_open ? "(" : "[") + FormatNumber(range.lo) + ", " +
+               FormatNumber(range.hi) + "]";
+      return false;
+    }
+  }
+  const auto& c = loaded.config;
+  const std::string act = c.net().activation();
+  if (act != "relu" && act != "tanh") {
+    *error = loaded.Where("net.activation") + ": net.activation: \"" + act +
+             "\" is not known, expected \"relu\" or \"tanh\"";
+    return false;
+  }
+  if (c.learner().queue_capacity() < c.learner().batch_size()) {
+    *error = loaded.Where("learner.queue_capacity") + ": learner.queue_capacity: " +
+             std::to_string(c.learner().queue_capacity()) +
+             " unrolls cannot hold one batch, expected at least learner.batch_size (" +
+             std::to_string(c.learner().batch_size()) + ")";
+    return false;
+  }
+  if (c.cluster().ps_size() != 0 && c.cluster().ps_size() != c.ps().num_shards()) {
+    *error = loaded.Where("cluster.ps") + ": cluster.ps: " + std::to_string(c.cluster().ps_size()) +
+             " endpoints given, expected one per shard (ps.num_shards = " +
+             std::to_string(c.ps().num_shards()) + ")";
+    return false;
+  }
+  return true;
+}
+
+std::string ConfigToText(const config::Config& cfg) {
+  std::string out;
+  pb::TextFormat::Printer printer;
+  printer.PrintToString(cfg, &out);
+  return out;
+}
+
+std::vector<int> HiddenSizes(const config::Config& cfg) {
+  if (cfg.net().hidden_sizes_size() == 0) return {64, 64};
+  return {cfg.net().hidden_sizes().begin(), cfg.net().hidden_sizes().end()};
+}
+
+}  // namespace stampede

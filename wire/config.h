@@ -1,0 +1,62 @@
+// Loading, overriding and checking the one Stampede config (wire/config.proto).
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "wire/config.pb.h"
+
+
+namespace stampede {
+
+// A parsed config plus where each field came from, so that errors found after
+// parsing (ranges, unknown env names) can still name file:line:col.
+class LoadedConfig {
+ public:
+  LoadedConfig();
+  ~LoadedConfig();
+  LoadedConfig(LoadedConfig&&) noexcept;
+  LoadedConfig& operator=(LoadedConfig&&) noexcept;
+
+  config::Config config;
+  std::string source;  // the file it was read from
+
+  // "file:line:col" of the field at a dotted path ("learner.batch_size"), "--set" if a
+  // command-line override set it last, or the file name if it was left at its default.
+  [[nodiscard]] std::string Where(std::string_view path) const;
+
+ private:
+  friend bool LoadConfig(const std::string&, const std::vector<std::string>&, LoadedConfig*,
+                         std::string*);
+  struct Locations;
+  std::unique_ptr<Locations> locations_;
+  std::set<std::string> overridden_;
+};
+
+// Reads `path` (protobuf text format), applies `overrides` ("a.b.c=value", in order)
+// and checks every range. On failure returns false and sets `error` to a message that
+// names file:line:col (or the override), the field path and what was expected.
+[[nodiscard]] bool LoadConfig(const std::string& path, const std::vector<std::string>& overrides,
+                              LoadedConfig* out, std::string* error);
+
+// Same, from text already in memory (`name` is used in messages).
+[[nodiscard]] bool ParseConfigText(const std::string& text, const std::string& name,
+                                   config::Config* out, std::string* error);
+
+// Applies one "a.b.c=value" override; false with a message on an unknown path or a bad value.
+[[nodiscard]] bool ApplyOverride(const std::string& assignment, config::Config* cfg,
+                                 std::string* error, std::string* path_out = nullptr);
+
+// Checks ranges and cross-field rules; messages use `where(path)` for locations.
+[[nodiscard]] bool ValidateConfig(const LoadedConfig& loaded, std::string* error);
+
+// The config as protobuf text (what `stampede run` writes to RUN_DIR/config.textproto).
+std::string ConfigToText(const config::Config& cfg);
+
+// Hidden sizes with the default ([64, 64]) applied.
+std::vector<int> HiddenSizes(const config::Config& cfg);
+
+}  // namespace stampede

@@ -1,0 +1,65 @@
+// The trajectory message: an actor's batch of n unrolls, time-major, and the checks a
+// learner applies before it accepts one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "wire/messages.pb.h"
+
+namespace stampede::wire {
+
+// n unrolls of T steps; arrays are time-major ([T+1, n, obs_size] for observations,
+// [T, n] or [T, n, num_actions] for the rest). The actor fills one in place and sends
+// it; the learner decodes received frames into one.
+struct TrajectoryBatch {
+  Trajectory meta;
+  std::vector<float> observations;
+  std::vector<int32_t> actions;
+  std::vector<float> rewards;
+  std::vector<uint8_t> terminated;
+  std::vector<uint8_t> truncated;
+  std::vector<float> behaviour_logits;
+  std::vector<float> truncation_values;
+
+  // Sizes every array for T, n, obs_size, num_actions and zeroes it.
+  void Resize(int unroll_length, int num_unrolls, int obs_size, int num_actions);
+  int T() const { return meta.unroll_length(); }
+  int n() const { return meta.num_unrolls(); }
+  int64_t frames() const { return int64_t(meta.unroll_length()) * meta.num_unrolls(); }
+};
+
+inline constexpr int kTrajectoryFrames = 8;  // header + 7 arrays
+
+[[nodiscard]] bool SendTrajectory(zmq::socket_t& socket, const TrajectoryBatch& batch);
+
+// What the learner expects of every trajectory.
+struct TrajectoryExpectations {
+  int unroll_length = 0;
+  int obs_size = 0;
+  int num_actions = 0;
+  int64_t newest_policy_version = 0;  // a trajectory may not claim a newer one
+};
+
+enum class DropReason {
+  kNone = 0,
+  kMalformed,       // wrong frame count, unparsable header, array sizes that do not match
+  kProtocol,        // another protocol version
+  kShape,           // unroll length / obs size / actions differ from the spec
+  kNonFinite,       // NaN or infinity in observations, rewards or logits
+  kBadAction,       // action outside [0, num_actions)
+  kFutureVersion,   // policy version newer than the learner's
+  kCount
+};
+const char* DropReasonName(DropReason reason);
+
+// Decodes and checks one received message. On failure returns the reason and fills
+// `detail` with a message naming what was wrong; `out` is then unspecified.
+DropReason DecodeTrajectory(const std::vector<zmq::message_t>& parts,
+                            const TrajectoryExpectations& expect, TrajectoryBatch* out,
+                            std::string* detail);
+
+}  // namespace stampede::wire
