@@ -4,6 +4,9 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <google/protobuf/stubs/logging.h>
+
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -22,18 +25,68 @@ LoadedConfig& LoadedConfig::operator=(LoadedConfig&&) noexcept = default;
 
 namespace {
 
+// The dotted path of the field being parsed at (line, column) of a text-format
+// document: the enclosing messages' names plus the last field name before that point.
+// Protobuf's own parse errors do not name the field; this lets ours do so.
+std::string FieldPathAt(const std::string& text, int line, int column) {
+  std::vector<std::string> stack;
+  std::string last, ident;
+  int l = 0, c = 0;
+  auto flush_ident = [&] {
+    if (!ident.empty()) last = ident;
+    ident.clear();
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (l > line || (l == line && c >= column)) break;
+    const char ch = text[i];
+    if (ch == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i, ++c;
+    } else if (ch == '"' || ch == '\'') {
+      flush_ident();
+      for (++i, ++c; i < text.size() && text[i] != ch && text[i] != '\n'; ++i, ++c) {
+        if (text[i] == '\\') ++i, ++c;
+      }
+    } else if (std::isalpha(static_cast<unsigned char>(ch)) || ch == '_' ||
+               (!ident.empty() && std::isdigit(static_cast<unsigned char>(ch)))) {
+      ident += ch;
+    } else {
+      flush_ident();
+      if (ch == '{' || ch == '<') {
+        stack.push_back(last);
+        last.clear();
+      } else if ((ch == '}' || ch == '>') && !stack.empty()) {
+        stack.pop_back();
+        last.clear();
+      }
+    }
+    if (ch == '\n') {
+      ++l;
+      c = 0;
+    } else {
+      ++c;
+    }
+  }
+  flush_ident();
+  std::string path;
+  for (const auto& s : stack) path += s + ".";
+  return path + last;
+}
+
 class CollectErrors : public pb::io::ErrorCollector {
  public:
-  explicit CollectErrors(std::string name) : name_(std::move(name)) {}
+  CollectErrors(std::string name, const std::string& text) : name_(std::move(name)), doc_(text) {}
   void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
     if (!text_.empty()) text_ += "\n";
-    text_ += name_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " +
-             message;
+    text_ += name_ + ":" + std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": ";
+    const std::string path = FieldPathAt(doc_, line, column);
+    if (!path.empty()) text_ += path + ": ";
+    text_ += message;
   }
   const std::string& text() const { return text_; }
 
  private:
   std::string name_;
+  const std::string& doc_;
   std::string text_;
 };
 
@@ -122,7 +175,7 @@ std::string LoadedConfig::Where(std::string_view path) const {
 
 bool ParseConfigText(const std::string& text, const std::string& name, config::Config* out,
                      std::string* error) {
-  CollectErrors errors(name);
+  CollectErrors errors(name, text);
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, out)) {
@@ -179,6 +232,7 @@ bool ApplyOverride(const std::string& assignment, config::Config* cfg, std::stri
           (v.empty() || (v.front() != '"' && v.front() != '\''))) {
         v = "\"" + v + "\"";
       }
+      pb::LogSilencer quiet;  // our message below says what was wrong
       if (!pb::TextFormat::ParseFieldValueFromString(v, f, msg)) {
         *error = "--set " + assignment + ": \"" + value + "\" is not a valid " +
                  f->cpp_type_name() + " for " + path;
@@ -202,11 +256,12 @@ bool LoadConfig(const std::string& path, const std::vector<std::string>& overrid
   out->source = path;
   out->config.Clear();
   out->locations_ = std::make_unique<LoadedConfig::Locations>();
-  CollectErrors errors(path);
+  const std::string text = buf.str();
+  CollectErrors errors(path, text);
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   parser.WriteLocationsTo(&out->locations_->tree);
-  if (!parser.ParseFromString(buf.str(), &out->config)) {
+  if (!parser.ParseFromString(text, &out->config)) {
     *error = errors.text().empty() ? path + ": cannot parse config" : errors.text();
     return false;
   }

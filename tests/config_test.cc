@@ -1,0 +1,90 @@
+// Config: located errors for unknown fields, wrong types and out-of-range values;
+// --set overrides; the shipped configs load.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "wire/config.h"
+
+using stampede::LoadConfig;
+using stampede::LoadedConfig;
+
+namespace {
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / ("stampede_cfg_" + name + ".textproto");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+std::string LoadError(const std::string& path, std::vector<std::string> sets = {}) {
+  LoadedConfig cfg;
+  std::string error;
+  const bool ok = LoadConfig(path, sets, &cfg, &error);
+  return ok ? std::string("(loaded)") : error;
+}
+}  // namespace
+
+TEST_CASE("config: shipped configs load and pass the checks", "[config]") {
+  for (const char* name : {"cartpole", "catch"}) {
+    LoadedConfig cfg;
+    std::string error;
+    INFO(name << ": " << error);
+    CHECK(LoadConfig(std::string(STAMPEDE_SOURCE_DIR) + "/configs/" + name + ".textproto", {}, &cfg, &error));
+    CHECK(cfg.config.ps().num_shards() >= 2);
+    CHECK(cfg.config.actors().num_actors() >= 2);
+  }
+}
+
+TEST_CASE("config: an unknown field fails with file:line:col", "[config]") {
+  const auto path = WriteTemp("unknown", "seed: 3\nlearner {\n  batch_sizee: 4\n}\n");
+  const std::string err = LoadError(path);
+  CHECK_THAT(err, Catch::StartsWith(path + ":3:"));
+  CHECK_THAT(err, Catch::Contains(": learner.batch_sizee: ") && Catch::Contains("no field named"));
+}
+
+TEST_CASE("config: a wrong type fails with file:line:col", "[config]") {
+  const auto path = WriteTemp("type", "seed: 3\nactors { num_actors: \"many\" }\n");
+  const std::string err = LoadError(path);
+  CHECK_THAT(err, Catch::StartsWith(path + ":2:22: actors.num_actors: "));
+  CHECK_THAT(err, Catch::Contains("Expected integer"));
+  const auto path2 = WriteTemp("type2", "# a comment { with braces\nlearner {\n  optimizer { decay: true }\n}\n");
+  CHECK_THAT(LoadError(path2), Catch::StartsWith(path2 + ":3:22: learner.optimizer.decay: "));
+}
+
+TEST_CASE("config: an out-of-range value names the place, the field and the range", "[config]") {
+  const auto path = WriteTemp("range", "seed: 3\n\nlearner {\n  discount: 1.5\n}\n");
+  const std::string err = LoadError(path);
+  CHECK_THAT(err, Catch::StartsWith(path + ":4:3: learner.discount: 1.5 is out of range"));
+  CHECK_THAT(err, Catch::Contains("[0, 1]"));
+  const auto path2 = WriteTemp("range2", "actors { num_actors: 0 }\n");
+  CHECK_THAT(LoadError(path2), Catch::Contains(":1:10: actors.num_actors: 0 is out of range"));
+  const auto path3 = WriteTemp("range3", "net { activation: \"gelu\" }\n");
+  CHECK_THAT(LoadError(path3), Catch::Contains(":1:7: net.activation"));
+  const auto path4 = WriteTemp("range4", "learner { batch_size: 64 queue_capacity: 10 }\n");
+  CHECK_THAT(LoadError(path4), Catch::Contains("learner.queue_capacity"));
+}
+
+TEST_CASE("config: --set overrides fields, and a bad override is refused", "[config]") {
+  const auto path = WriteTemp("set", "seed: 3\n");
+  LoadedConfig cfg;
+  std::string error;
+  REQUIRE(LoadConfig(path, {"learner.batch_size=64", "net.hidden_sizes=32,16", "env.name=Catch",
+                            "learner.optimizer.learning_rate=0.01"},
+                     &cfg, &error));
+  CHECK(cfg.config.learner().batch_size() == 64);
+  CHECK(cfg.config.net().hidden_sizes_size() == 2);
+  CHECK(cfg.config.net().hidden_sizes(1) == 16);
+  CHECK(cfg.config.env().name() == "Catch");
+  CHECK(cfg.config.learner().optimizer().learning_rate() == Approx(0.01));
+  CHECK(cfg.config.seed() == 3);
+  CHECK_THAT(LoadError(path, {"learner.batch_sz=4"}), Catch::Contains("no field named \"batch_sz\""));
+  CHECK_THAT(LoadError(path, {"learner.batch_size=lots"}), Catch::Contains("learner.batch_size"));
+  CHECK_THAT(LoadError(path, {"learner.batch_size"}), Catch::Contains("expected path=value"));
+  CHECK_THAT(LoadError(path, {"learner.discount=2"}),
+             Catch::StartsWith("--set learner.discount: learner.discount: 2 is out of range"));
+}
+
+TEST_CASE("config: a missing file is a clear error", "[config]") {
+  CHECK_THAT(LoadError("/nonexistent/x.textproto"), Catch::Contains("cannot open config file"));
+}

@@ -1,0 +1,180 @@
+// One conformance suite over every registered env, plus CartPole against gymnasium's
+// equations and the rules of Catch.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+
+#include "envs/cartpole.h"
+#include "envs/catch.h"
+#include "envs/env.h"
+
+using namespace stampede::envs;
+
+namespace {
+std::unique_ptr<Env> Make(const std::string& name, int max_steps = 0) {
+  std::string error;
+  EnvOptions o;
+  o.max_episode_steps = max_steps;
+  auto env = MakeEnv(name, o, &error);
+  INFO(error);
+  REQUIRE(env);
+  return env;
+}
+
+// A seeded rollout with seeded random actions; returns every observation and reward.
+std::vector<float> Rollout(Env& env, uint64_t seed, int steps) {
+  std::vector<float> obs(env.spec().obs_size()), trace;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> pick(0, env.spec().num_actions - 1);
+  env.Reset(seed, obs);
+  uint64_t episode = 0;
+  for (int i = 0; i < steps; ++i) {
+    auto r = env.Step(pick(rng), obs);
+    trace.insert(trace.end(), obs.begin(), obs.end());
+    trace.push_back(r.reward);
+    trace.push_back(r.terminated + 2 * r.truncated);
+    if (r.terminated || r.truncated) env.Reset(seed + 1000 * ++episode, obs);
+  }
+  return trace;
+}
+}  // namespace
+
+TEST_CASE("envs: CartPole-v1 and Catch are registered", "[envs]") {
+  auto names = RegisteredEnvs();
+  CHECK(std::count(names.begin(), names.end(), "CartPole-v1") == 1);
+  CHECK(std::count(names.begin(), names.end(), "Catch") == 1);
+  std::string error;
+  CHECK(MakeEnv("NoSuchEnv", {}, &error) == nullptr);
+  CHECK_THAT(error, Catch::Contains("NoSuchEnv") && Catch::Contains("CartPole-v1"));
+}
+
+TEST_CASE("envs: conformance of every registered env", "[envs]") {
+  for (const auto& name : RegisteredEnvs()) {
+    SECTION(name) {
+      auto env = Make(name);
+      const EnvSpec& spec = env->spec();
+      REQUIRE(spec.obs_size() > 0);
+      REQUIRE(spec.num_actions > 0);
+      // Seeded runs repeat exactly; another seed differs.
+      auto a = Rollout(*env, 17, 300);
+      auto b = Rollout(*Make(name), 17, 300);
+      CHECK(a == b);
+      CHECK(a != Rollout(*env, 18, 300));
+      // Random rollouts terminate or truncate.
+      std::vector<float> obs(spec.obs_size());
+      env->Reset(3, obs);
+      std::mt19937 rng(3);
+      std::uniform_int_distribution<int> pick(0, spec.num_actions - 1);
+      bool ended = false;
+      for (int i = 0; i < 100000 && !ended; ++i) {
+        auto r = env->Step(pick(rng), obs);
+        ended = r.terminated || r.truncated;
+        for (float x : obs) REQUIRE(std::isfinite(x));
+      }
+      CHECK(ended);
+      // Bad input is refused, not acted on.
+      env->Reset(3, obs);
+      CHECK_THROWS_AS(env->Step(-1, obs), std::out_of_range);
+      CHECK_THROWS_AS(env->Step(spec.num_actions, obs), std::out_of_range);
+      std::vector<float> wrong(spec.obs_size() + 1);
+      CHECK_THROWS_AS(env->Reset(3, wrong), std::invalid_argument);
+      auto fresh = Make(name);
+      CHECK_THROWS_AS(fresh->Step(0, obs), std::logic_error);
+    }
+  }
+}
+
+TEST_CASE("envs: CartPole follows gymnasium's equations on fixed states", "[envs]") {
+  // gymnasium cartpole.py step(), written out independently here.
+  auto reference = [](std::array<double, 4> s, int action) {
+    const double g = 9.8, mc = 1.0, mp = 0.1, l = 0.5, f = action == 1 ? 10.0 : -10.0, tau = 0.02;
+    const double total = mc + mp, pml = mp * l;
+    const double ct = std::cos(s[2]), st = std::sin(s[2]);
+    const double temp = (f + pml * s[3] * s[3] * st) / total;
+    const double tacc = (g * st - ct * temp) / (l * (4.0 / 3.0 - mp * ct * ct / total));
+    const double xacc = temp - pml * tacc * ct / total;
+    return std::array<double, 4>{s[0] + tau * s[1], s[1] + tau * xacc, s[2] + tau * s[3],
+                                 s[3] + tau * tacc};
+  };
+  const std::array<double, 4> states[] = {
+      {0, 0, 0, 0}, {0.1, -0.5, 0.05, 0.3}, {-1.5, 1.2, -0.15, -1.1}, {2.3, 0.9, 0.2, 2.0}};
+  for (const auto& s : states) {
+    for (int action : {0, 1}) {
+      CartPole env({});
+      std::vector<float> obs(4);
+      env.Reset(1, obs);
+      env.set_state(s);
+      auto r = env.Step(action, obs);
+      const auto want = reference(s, action);
+      for (int i = 0; i < 4; ++i) {
+        CHECK(env.state()[i] == Approx(want[i]).epsilon(1e-12));
+        CHECK(obs[i] == Approx(float(want[i])));
+      }
+      const bool done = std::abs(want[0]) > 2.4 || std::abs(want[2]) > 12 * 2 * M_PI / 360;
+      CHECK(r.terminated == done);
+      CHECK(r.reward == 1.f);
+    }
+  }
+  // Reset draws every state variable from U(-0.05, 0.05).
+  CartPole env({});
+  std::vector<float> obs(4);
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    env.Reset(seed, obs);
+    for (float x : obs) CHECK(std::abs(x) <= 0.05f);
+  }
+}
+
+TEST_CASE("envs: CartPole truncates at 500 steps", "[envs]") {
+  CartPole env({});
+  std::vector<float> obs(4);
+  env.Reset(1, obs);
+  StepResult r;
+  int steps = 0;
+  // Balance by pushing toward the pole's lean: a simple controller survives 500 steps.
+  do {
+    const auto& s = env.state();
+    r = env.Step(s[2] + 0.5 * s[3] > 0 ? 1 : 0, obs);
+    ++steps;
+  } while (!r.terminated && !r.truncated);
+  CHECK(steps == 500);
+  CHECK(r.truncated);
+  CHECK_FALSE(r.terminated);
+  CHECK(env.episode_return() == 500.0);
+  CHECK(env.spec().max_episode_steps == 500);
+}
+
+TEST_CASE("envs: Catch rules", "[envs]") {
+  stampede::envs::Catch env({});
+  std::vector<float> obs(50);
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    env.Reset(seed, obs);
+    CHECK(env.ball_y() == 0);
+    CHECK(env.paddle_x() == 2);
+    CHECK(obs[env.ball_x()] == 1.f);
+    CHECK(obs[9 * 5 + 2] == 1.f);
+    CHECK(std::count(obs.begin(), obs.end(), 1.f) == 2);
+    const int target = env.ball_x();
+    StepResult r;
+    int steps = 0;
+    do {
+      const int before = env.paddle_x();
+      const int action = env.paddle_x() < target ? 2 : env.paddle_x() > target ? 0 : 1;
+      r = env.Step(action, obs);
+      ++steps;
+      CHECK(env.paddle_x() == std::clamp(before + action - 1, 0, 4));
+      CHECK(env.ball_y() == steps);
+      CHECK(env.ball_x() == target);
+    } while (!r.terminated);
+    CHECK(steps == 9);
+    CHECK(r.reward == 1.f);
+  }
+  // Moving away from the ball loses; the paddle stops at the wall.
+  env.Reset(4, obs);
+  const int away = env.ball_x() <= 2 ? 2 : 0;
+  StepResult r;
+  for (int i = 0; i < 9; ++i) r = env.Step(away, obs);
+  CHECK(r.terminated);
+  CHECK(r.reward == -1.f);
+  CHECK(env.paddle_x() == (away == 2 ? 4 : 0));
+}

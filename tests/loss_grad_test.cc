@@ -1,0 +1,155 @@
+// The IMPALA loss: its value against an independent computation from the network's
+// outputs, and its gradient against central finite differences for every parameter.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "learner/loss.h"
+#include "learner/rmsprop.h"
+#include "net/mlp.h"
+
+using namespace stampede;
+
+namespace {
+learner::Batch RandomBatch(int T, int B, int D, int A, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0, 1);
+  std::uniform_int_distribution<int> act(0, A - 1);
+  std::uniform_real_distribution<float> u(0, 1);
+  learner::Batch b;
+  b.Resize(T, B, D, A);
+  for (auto& x : b.observations) x = n(rng);
+  for (auto& a : b.actions) a = act(rng);
+  for (auto& r : b.rewards) r = n(rng);
+  for (auto& l : b.behaviour_logits) l = n(rng);
+  for (int i = 0; i < T * B; ++i) {
+    const float e = u(rng);
+    b.terminated[i] = e < 0.15f;
+    b.truncated[i] = e >= 0.15f && e < 0.3f;
+    b.truncation_values[i] = b.truncated[i] ? n(rng) : 0.f;
+  }
+  return b;
+}
+
+net::MlpSpec SmallSpec(net::Activation act) {
+  net::MlpSpec s;
+  s.obs_size = 3;
+  s.hidden_sizes = {5, 4};
+  s.num_actions = 3;
+  s.activation = act;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("loss: value equals the definition computed from the network outputs", "[loss]") {
+  const auto spec = SmallSpec(net::Activation::kTanh);
+  const int T = 4, B = 3, A = 3;
+  learner::Batch batch = RandomBatch(T, B, 3, A, 11);
+  net::Mlp<double> mlp(spec);
+  std::vector<float> pf(mlp.layout().total_size());
+  net::InitMlp(spec, 5, pf);
+  std::vector<double> p(pf.begin(), pf.end());
+  for (auto& x : p) x *= 30;  // a policy far from uniform
+  learner::LossOptions opt;
+  opt.entropy_cost = 0.03;
+  opt.baseline_cost = 0.7;
+  auto targets = learner::ComputeTargets(mlp, p.data(), batch, opt);
+  const auto st = learner::LossAndGrad(mlp, p.data(), batch, targets, opt, static_cast<double*>(nullptr));
+
+  std::vector<double> obs(batch.observations.begin(), batch.observations.end());
+  std::vector<double> logits((T + 1) * B * A), values((T + 1) * B);
+  mlp.Forward(p.data(), obs.data(), (T + 1) * B, logits.data(), values.data());
+  double pg = 0, base = 0, ent = 0;
+  for (int i = 0; i < T * B; ++i) {
+    double z = 0;
+    for (int j = 0; j < A; ++j) z += std::exp(logits[i * A + j]);
+    for (int j = 0; j < A; ++j) {
+      const double pj = std::exp(logits[i * A + j]) / z;
+      ent -= pj * std::log(pj);
+    }
+    const double logp_a = logits[i * A + batch.actions[i]] - std::log(z);
+    pg -= targets.pg_advantages[i] * logp_a;
+    base += 0.5 * (targets.vs[i] - values[i]) * (targets.vs[i] - values[i]);
+  }
+  CHECK(st.pg_loss == Approx(pg));
+  CHECK(st.baseline_loss == Approx(opt.baseline_cost * base));
+  CHECK(st.entropy == Approx(ent / (T * B)));
+  CHECK(st.total == Approx(pg + opt.baseline_cost * base - opt.entropy_cost * ent));
+}
+
+TEST_CASE("loss: gradient matches finite differences for every parameter", "[loss]") {
+  for (auto act : {net::Activation::kTanh, net::Activation::kRelu}) {
+    SECTION(act == net::Activation::kTanh ? "tanh torso" : "relu torso") {
+      const auto spec = SmallSpec(act);
+      learner::Batch batch = RandomBatch(5, 3, 3, 3, 21);
+      net::Mlp<double> mlp(spec);
+      const int64_t N = mlp.layout().total_size();
+      std::vector<float> pf(N);
+      net::InitMlp(spec, 9, pf);
+      std::vector<double> p(pf.begin(), pf.end());
+      std::mt19937_64 rng(3);
+      std::normal_distribution<double> n(0, 0.3);
+      for (auto& x : p) x += n(rng);  // non-zero biases, a non-uniform policy
+      learner::LossOptions opt;
+      opt.entropy_cost = 0.05;
+      // Targets are constants of the gradient (stop-gradient), so they are fixed here.
+      const auto targets = learner::ComputeTargets(mlp, p.data(), batch, opt);
+      std::vector<double> grad(N, 0.0);
+      learner::LossAndGrad(mlp, p.data(), batch, targets, opt, grad.data());
+      const double eps = 1e-6;
+      int checked = 0;
+      for (int64_t k = 0; k < N; ++k) {
+        std::vector<double> q = p;
+        q[k] = p[k] + eps;
+        const double up = learner::LossAndGrad(mlp, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
+        q[k] = p[k] - eps;
+        const double down = learner::LossAndGrad(mlp, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
+        const double fd = (up - down) / (2 * eps);
+        INFO("parameter " << k << " of " << N);
+        CHECK(grad[k] == Approx(fd).margin(1e-5).epsilon(1e-4));
+        ++checked;
+      }
+      CHECK(checked == N);
+    }
+  }
+}
+
+TEST_CASE("loss: the single-pass training step equals targets + loss", "[loss]") {
+  const auto spec = SmallSpec(net::Activation::kRelu);
+  learner::Batch batch = RandomBatch(6, 4, 3, 3, 5);
+  net::Mlp<float> mlp(spec);
+  std::vector<float> p(mlp.layout().total_size());
+  net::InitMlp(spec, 2, p);
+  learner::LossOptions opt;
+  std::vector<float> g1(p.size(), 0.f), g2(p.size(), 0.f);
+  const auto a = learner::ComputeLossAndGrad(mlp, p.data(), batch, opt, g1.data());
+  const auto targets = learner::ComputeTargets(mlp, p.data(), batch, opt);
+  const auto b = learner::LossAndGrad(mlp, p.data(), batch, targets, opt, g2.data());
+  CHECK(a.total == Approx(b.total));
+  for (size_t i = 0; i < p.size(); ++i) CHECK(g1[i] == Approx(g2[i]).margin(1e-6));
+}
+
+TEST_CASE("optimizer: RMSProp step and global-norm clipping follow their formulas", "[loss]") {
+  learner::RmsProp rms(2, {0.9, 0.5, 0.01});
+  std::vector<float> w = {1.f, -2.f};
+  const std::vector<float> g = {0.5f, -1.f};
+  rms.Step(w, g, 0.1);
+  // ms = 0.1 g^2; mom = 0.1 g / sqrt(ms + 0.01); w -= mom
+  const double ms0 = 0.1 * 0.25, ms1 = 0.1 * 1.0;
+  const double m0 = 0.1 * 0.5 / std::sqrt(ms0 + 0.01), m1 = 0.1 * -1.0 / std::sqrt(ms1 + 0.01);
+  CHECK(w[0] == Approx(1 - m0));
+  CHECK(w[1] == Approx(-2 - m1));
+  rms.Step(w, g, 0.1);  // second step: momentum carries 0.5 of the first
+  const double ms0b = 0.9 * ms0 + 0.1 * 0.25;
+  CHECK(w[0] == Approx(1 - m0 - (0.5 * m0 + 0.1 * 0.5 / std::sqrt(ms0b + 0.01))));
+
+  std::vector<float> grad = {3.f, 4.f};
+  CHECK(learner::ClipGlobalNorm(grad, 1.0) == Approx(5.0));
+  CHECK(grad[0] == Approx(0.6));
+  CHECK(grad[1] == Approx(0.8));
+  std::vector<float> small = {0.3f, 0.4f};
+  learner::ClipGlobalNorm(small, 1.0);
+  CHECK(small[0] == Approx(0.3f));
+}

@@ -1,0 +1,151 @@
+// PS shards and their clients: slices, versions kept, and an actor-side fetch that
+// never mixes shards of different versions.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "net/layout.h"
+#include "ps/client.h"
+#include "ps/shard.h"
+#include "wire/zmq_util.h"
+
+using namespace stampede;
+
+TEST_CASE("ps: shard slices tile the vector with sizes differing by at most one", "[ps]") {
+  for (int64_t total : {1, 7, 100, 4611}) {
+    for (int shards : {1, 2, 3, 8}) {
+      int64_t next = 0, lo = total, hi = 0;
+      for (int s = 0; s < shards; ++s) {
+        auto sl = net::ShardSlice(total, s, shards);
+        CHECK(sl.offset == next);
+        next += sl.count;
+        lo = std::min(lo, sl.count);
+        hi = std::max(hi, sl.count);
+      }
+      CHECK(next == total);
+      CHECK(hi - lo <= 1);
+    }
+  }
+}
+
+namespace {
+struct Fleet {
+  zmq::context_t ctx{1};
+  std::atomic<bool> stop{false};
+  std::vector<std::unique_ptr<ps::Shard>> shards;
+  std::vector<std::thread> threads;
+  std::vector<std::string> endpoints;
+  explicit Fleet(int n, int versions_kept = 8) {
+    for (int s = 0; s < n; ++s) {
+      ps::ShardOptions so;
+      so.shard = s;
+      so.num_shards = n;
+      so.versions_kept = versions_kept;
+      shards.push_back(std::make_unique<ps::Shard>(ctx, so));
+      std::string error;
+      REQUIRE(shards.back()->Bind("tcp://127.0.0.1:*", &error));
+      endpoints.push_back(shards.back()->endpoint());
+    }
+    for (auto& s : shards) threads.emplace_back([&s, this] { s->Run(stop); });
+  }
+  ~Fleet() {
+    stop = true;
+    for (auto& t : threads) t.join();
+  }
+  ps::ClientOptions Options(int64_t total, wire::Role role) {
+    ps::ClientOptions o;
+    o.endpoints = endpoints;
+    o.total_size = total;
+    o.layout_fingerprint = 42;
+    o.sender = wire::MakeSender(role, 0, 1);
+    return o;
+  }
+};
+
+std::vector<float> Pattern(int64_t total, int64_t version) {
+  std::vector<float> v(total);
+  for (int64_t i = 0; i < total; ++i) v[i] = float(version * 10000 + i);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("ps: a fetched version is always one whole version, and versions only grow", "[ps]") {
+  const int64_t total = 1001;
+  Fleet fleet(3);
+  ps::ParamsPublisher pub(fleet.ctx, fleet.Options(total, wire::ROLE_LEARNER));
+  ps::ParamsFetcher fetch(fleet.ctx, fleet.Options(total, wire::ROLE_ACTOR));
+  std::vector<float> params(total);
+  int64_t version = -1;
+  REQUIRE(pub.PutAll(Pattern(total, 0), 0, nullptr));
+  REQUIRE(fetch.WaitFirst(params, &version, std::chrono::seconds(10), nullptr));
+  CHECK(version == 0);
+  CHECK(params == Pattern(total, 0));
+
+  // The learner publishes 200 versions while the actor keeps polling.
+  std::thread learner([&] {
+    for (int64_t v = 1; v <= 200; ++v) {
+      REQUIRE(pub.PutAll(Pattern(total, v), v, nullptr));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  int swaps = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (version < 200 && std::chrono::steady_clock::now() < deadline) {
+    const int64_t before = version;
+    if (fetch.Poll(params, &version)) {
+      ++swaps;
+      REQUIRE(version > before);
+      REQUIRE(params == Pattern(total, version));  // no mixing of shards' versions
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  learner.join();
+  CHECK(version == 200);
+  CHECK(swaps >= 2);
+  CHECK(fetch.rejected_replies() == 0);
+}
+
+TEST_CASE("ps: a shard refuses puts for another layout or slice and stale versions", "[ps]") {
+  Fleet fleet(2);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // Puts from different sockets may arrive in any order: wait for each to land.
+  auto wait_until = [&](auto pred) {
+    while (!pred() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+  auto all = [&](auto field, int64_t want) {
+    return [&fleet, field, want] {
+      for (auto& s : fleet.shards) {
+        if ((s->stats().*field).load() < want) return false;
+      }
+      return true;
+    };
+  };
+  ps::ParamsPublisher pub(fleet.ctx, fleet.Options(100, wire::ROLE_LEARNER));
+  REQUIRE(pub.PutAll(Pattern(100, 5), 5, nullptr));
+  wait_until(all(&ps::ShardStats::newest_version, 5));
+  auto other = fleet.Options(100, wire::ROLE_LEARNER);
+  other.layout_fingerprint = 43;
+  ps::ParamsPublisher wrong(fleet.ctx, other);
+  REQUIRE(wrong.PutAll(Pattern(100, 6), 6, nullptr));
+  wait_until(all(&ps::ShardStats::bad_requests, 1));
+  REQUIRE(pub.PutAll(Pattern(100, 3), 3, nullptr));  // older than what the shards hold
+  REQUIRE(pub.PutAll(Pattern(100, 7), 7, nullptr));
+  wait_until(all(&ps::ShardStats::newest_version, 7));
+  for (auto& s : fleet.shards) {
+    CHECK(s->stats().newest_version.load() == 7);
+    CHECK(s->stats().bad_requests.load() == 1);  // the other layout's put
+    CHECK(s->stats().stale_puts.load() == 1);    // version 3 after 5
+    CHECK(s->stats().puts.load() == 2);          // 5 and 7
+  }
+  // An actor built for another layout refuses what the shards serve.
+  auto actor_opt = fleet.Options(100, wire::ROLE_ACTOR);
+  actor_opt.layout_fingerprint = 43;
+  ps::ParamsFetcher fetch(fleet.ctx, actor_opt);
+  std::vector<float> params(100);
+  int64_t version = -1;
+  CHECK_FALSE(fetch.WaitFirst(params, &version, std::chrono::milliseconds(300), nullptr));
+  CHECK(fetch.rejected_replies() > 0);
+  CHECK(version == -1);
+}

@@ -1,0 +1,281 @@
+// Wire messages round-trip through real ZeroMQ sockets; bad trajectories are rejected
+// with the right reason, and a live learner counts them while it keeps training.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <thread>
+
+#include "learner/learner.h"
+#include "ps/shard.h"
+#include "wire/trajectory.h"
+#include "wire/zmq_util.h"
+
+using namespace stampede;
+using wire::DropReason;
+
+namespace {
+wire::TrajectoryBatch MakeGood(int T, int n, int D, int A, int64_t version, uint64_t seed = 1) {
+  wire::TrajectoryBatch b;
+  b.Resize(T, n, D, A);
+  *b.meta.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 3, 99);
+  b.meta.set_policy_version(version);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0, 1);
+  for (auto& x : b.observations) x = nd(rng);
+  for (auto& x : b.behaviour_logits) x = nd(rng);
+  for (auto& x : b.rewards) x = nd(rng);
+  for (size_t i = 0; i < b.actions.size(); ++i) {
+    b.actions[i] = int(i % A);
+    b.terminated[i] = i % 7 == 3;
+  }
+  auto* ep = b.meta.add_episodes();
+  ep->set_episode_return(12.5f);
+  ep->set_length(40);
+  return b;
+}
+
+struct Pipe {
+  zmq::context_t ctx{1};
+  zmq::socket_t push{ctx, zmq::socket_type::push};
+  zmq::socket_t pull{ctx, zmq::socket_type::pull};
+  Pipe() {
+    wire::ConfigureReceiver(pull, 1 << 20);
+    pull.bind("inproc://wire-test");
+    push.connect("inproc://wire-test");
+  }
+  std::vector<zmq::message_t> RoundTrip(const wire::TrajectoryBatch& b) {
+    REQUIRE(wire::SendTrajectory(push, b));
+    std::vector<zmq::message_t> parts;
+    REQUIRE(wire::RecvMultipart(pull, &parts, true));
+    return parts;
+  }
+};
+
+wire::TrajectoryExpectations Expect(int T, int D, int A, int64_t newest) {
+  wire::TrajectoryExpectations e;
+  e.unroll_length = T;
+  e.obs_size = D;
+  e.num_actions = A;
+  e.newest_policy_version = newest;
+  return e;
+}
+
+std::vector<zmq::message_t> Copy(const std::vector<zmq::message_t>& parts) {
+  std::vector<zmq::message_t> out;
+  for (const auto& p : parts) out.emplace_back(p.data(), p.size());
+  return out;
+}
+}  // namespace
+
+TEST_CASE("wire: a trajectory round-trips through ZeroMQ unchanged", "[wire]") {
+  Pipe pipe;
+  const auto sent = MakeGood(5, 3, 4, 2, 7);
+  auto parts = pipe.RoundTrip(sent);
+  CHECK(parts.size() == size_t(wire::kTrajectoryFrames));
+  wire::TrajectoryBatch got;
+  std::string detail;
+  REQUIRE(wire::DecodeTrajectory(parts, Expect(5, 4, 2, 7), &got, &detail) == DropReason::kNone);
+  CHECK(got.observations == sent.observations);
+  CHECK(got.actions == sent.actions);
+  CHECK(got.rewards == sent.rewards);
+  CHECK(got.terminated == sent.terminated);
+  CHECK(got.truncated == sent.truncated);
+  CHECK(got.behaviour_logits == sent.behaviour_logits);
+  CHECK(got.truncation_values == sent.truncation_values);
+  CHECK(got.meta.SerializeAsString() == sent.meta.SerializeAsString());
+}
+
+TEST_CASE("wire: PS requests, parameter slices and status round-trip", "[wire]") {
+  zmq::context_t ctx(1);
+  zmq::socket_t a(ctx, zmq::socket_type::pair), b(ctx, zmq::socket_type::pair);
+  wire::ConfigureReceiver(b, 1 << 20);
+  b.bind("inproc://wire-msgs");
+  a.connect("inproc://wire-msgs");
+  std::vector<zmq::message_t> parts;
+
+  wire::PsRequest get;
+  *get.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 1, 5);
+  get.mutable_get()->set_min_version(4);
+  get.mutable_get()->set_exact_version(9);
+  REQUIRE(wire::SendMessage(a, get));
+  REQUIRE(wire::RecvMultipart(b, &parts, true));
+  wire::PsRequest get_back;
+  REQUIRE(wire::ParseFrame(parts[0], &get_back));
+  CHECK(get_back.get().exact_version() == 9);
+  CHECK(get_back.SerializeAsString() == get.SerializeAsString());
+
+  wire::PsRequest put;
+  *put.mutable_sender() = wire::MakeSender(wire::ROLE_LEARNER, 0, 6);
+  put.mutable_put()->set_version(3);
+  put.mutable_put()->set_count(3);
+  const std::vector<float> slice = {1.f, 2.f, 3.f};
+  const wire::Frame frames[] = {wire::AsFrame(slice)};
+  REQUIRE(wire::SendMessage(a, put, frames));
+  REQUIRE(wire::RecvMultipart(b, &parts, true));
+  REQUIRE(parts.size() == 2);
+  wire::PsRequest put_back;
+  REQUIRE(wire::ParseFrame(parts[0], &put_back));
+  CHECK(put_back.SerializeAsString() == put.SerializeAsString());
+  CHECK(std::memcmp(parts[1].data(), slice.data(), 12) == 0);
+
+  wire::Status st;
+  *st.mutable_sender() = wire::MakeSender(wire::ROLE_LEARNER, 0, 6);
+  st.set_env_frames(1000);
+  st.set_mean_return_100(21.5);
+  st.set_activity("training");
+  REQUIRE(wire::SendMessage(a, st));
+  REQUIRE(wire::RecvMultipart(b, &parts, true));
+  wire::Status st_back;
+  REQUIRE(wire::ParseFrame(parts[0], &st_back));
+  CHECK(st_back.SerializeAsString() == st.SerializeAsString());
+
+  wire::Status garbage;
+  zmq::message_t junk("\xff\xff\xff", 3);
+  CHECK_FALSE(wire::ParseFrame(junk, &garbage));
+}
+
+TEST_CASE("wire: bad trajectories are rejected with the reason", "[wire]") {
+  Pipe pipe;
+  const auto expect = Expect(5, 4, 2, 7);
+  wire::TrajectoryBatch out;
+  std::string detail;
+  auto reason_for = [&](const std::vector<zmq::message_t>& parts) {
+    detail.clear();
+    return wire::DecodeTrajectory(parts, expect, &out, &detail);
+  };
+  const auto good = pipe.RoundTrip(MakeGood(5, 3, 4, 2, 7));
+
+  SECTION("a missing frame") {
+    auto parts = Copy(good);
+    parts.pop_back();
+    CHECK(reason_for(parts) == DropReason::kMalformed);
+    CHECK_THAT(detail, Catch::Contains("expected 8 frames, got 7"));
+  }
+  SECTION("a truncated header") {
+    auto parts = Copy(good);
+    parts[0] = zmq::message_t(parts[0].data(), parts[0].size() - 3);
+    CHECK(reason_for(parts) == DropReason::kMalformed);
+  }
+  SECTION("a truncated array") {
+    auto parts = Copy(good);
+    parts[1] = zmq::message_t(parts[1].data(), parts[1].size() - 4);
+    CHECK(reason_for(parts) == DropReason::kShape);
+  }
+  SECTION("another protocol version") {
+    auto b = MakeGood(5, 3, 4, 2, 7);
+    b.meta.mutable_sender()->set_protocol_version(2);
+    CHECK(reason_for(pipe.RoundTrip(b)) == DropReason::kProtocol);
+    CHECK_THAT(detail, Catch::Contains("protocol version 2") && Catch::Contains("speaks version 1"));
+  }
+  SECTION("a wrong unroll length") {
+    CHECK(reason_for(pipe.RoundTrip(MakeGood(6, 3, 4, 2, 7))) == DropReason::kShape);
+    CHECK_THAT(detail, Catch::Contains("unroll length 6, expected 5"));
+  }
+  SECTION("a wrong observation size") {
+    CHECK(reason_for(pipe.RoundTrip(MakeGood(5, 3, 5, 2, 7))) == DropReason::kShape);
+  }
+  SECTION("NaN in observations, rewards or logits") {
+    auto b = MakeGood(5, 3, 4, 2, 7);
+    b.observations[17] = std::numeric_limits<float>::quiet_NaN();
+    CHECK(reason_for(pipe.RoundTrip(b)) == DropReason::kNonFinite);
+    b = MakeGood(5, 3, 4, 2, 7);
+    b.rewards[2] = std::numeric_limits<float>::infinity();
+    CHECK(reason_for(pipe.RoundTrip(b)) == DropReason::kNonFinite);
+    b = MakeGood(5, 3, 4, 2, 7);
+    b.behaviour_logits[0] = std::numeric_limits<float>::quiet_NaN();
+    CHECK(reason_for(pipe.RoundTrip(b)) == DropReason::kNonFinite);
+  }
+  SECTION("an action outside the action space") {
+    auto b = MakeGood(5, 3, 4, 2, 7);
+    b.actions[4] = 2;
+    CHECK(reason_for(pipe.RoundTrip(b)) == DropReason::kBadAction);
+  }
+  SECTION("a policy version from the future") {
+    CHECK(reason_for(pipe.RoundTrip(MakeGood(5, 3, 4, 2, 8))) == DropReason::kFutureVersion);
+    CHECK_THAT(detail, Catch::Contains("newer than the learner's 7"));
+  }
+}
+
+TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps training", "[wire][learner]") {
+  zmq::context_t ctx(1);
+  config::Config cfg;
+  cfg.mutable_env()->set_name("Catch");
+  cfg.mutable_net()->add_hidden_sizes(16);
+  cfg.mutable_actors()->set_unroll_length(5);
+  cfg.mutable_learner()->set_batch_size(4);
+  cfg.mutable_learner()->set_queue_capacity(16);
+  cfg.mutable_stop()->set_total_env_frames(1000000000);
+  cfg.mutable_ps()->set_num_shards(2);
+  std::atomic<bool> stop_ps{false};
+  std::vector<std::unique_ptr<ps::Shard>> shards;
+  std::vector<std::thread> threads;
+  for (int s = 0; s < 2; ++s) {
+    ps::ShardOptions so;
+    so.shard = s;
+    so.num_shards = 2;
+    shards.push_back(std::make_unique<ps::Shard>(ctx, so));
+    std::string error;
+    REQUIRE(shards.back()->Bind("tcp://127.0.0.1:*", &error));
+    cfg.mutable_cluster()->add_ps(shards.back()->endpoint());
+  }
+  for (auto& s : shards) threads.emplace_back([&s, &stop_ps] { s->Run(stop_ps); });
+
+  learner::Learner learner(cfg, ctx, "tcp://127.0.0.1:*", 1);
+  std::string error;
+  REQUIRE(learner.Start(&error));
+  zmq::socket_t push(ctx, zmq::socket_type::push);
+  push.set(zmq::sockopt::linger, 0);
+  push.connect(learner.endpoint());
+
+  const int D = 50, A = 3;
+  auto good = [&](uint64_t seed) { return MakeGood(5, 2, D, A, 0, seed); };
+  int sent_bad = 0;
+  for (int round = 0; round < 30; ++round) {
+    REQUIRE(wire::SendTrajectory(push, good(round)));
+    auto nan = good(round);
+    nan.rewards[1] = std::numeric_limits<float>::quiet_NaN();
+    REQUIRE(wire::SendTrajectory(push, nan));
+    auto shape = MakeGood(4, 2, D, A, 0, round);
+    REQUIRE(wire::SendTrajectory(push, shape));
+    auto version = good(round);
+    version.meta.mutable_sender()->set_protocol_version(9);
+    REQUIRE(wire::SendTrajectory(push, version));
+    // A truncated message: header only.
+    const std::string head = good(round).meta.SerializeAsString();
+    REQUIRE(push.send(zmq::message_t(head.data(), head.size()), zmq::send_flags::none));
+    sent_bad += 4;
+  }
+  // 30 good messages of 2 unrolls = 60 unrolls = 15 batches of 4.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while ((learner.learner_steps() < 15 || learner.dropped_total() < sent_bad) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(learner.learner_steps() == 15);
+  CHECK(learner.env_frames() == 30 * 2 * 5);
+  CHECK(learner.dropped(DropReason::kNonFinite) == 30);
+  CHECK(learner.dropped(DropReason::kShape) == 30);
+  CHECK(learner.dropped(DropReason::kProtocol) == 30);
+  CHECK(learner.dropped(DropReason::kMalformed) == 30);
+  CHECK(learner.policy_version() == 15);
+  wire::Status status;
+  learner.FillStatus(&status);
+  CHECK(status.dropped_trajectories() == sent_bad);
+  CHECK(status.episodes() == 30);
+  CHECK(status.mean_return_100() == Approx(12.5));
+  learner.Stop();
+  // Synchronise on the shards having taken the last put before stopping them.
+  while ((shards[0]->stats().newest_version.load() < 15 ||
+          shards[1]->stats().newest_version.load() < 15) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  stop_ps = true;
+  for (auto& t : threads) t.join();
+  // The shards hold the learner's newest published version.
+  CHECK(shards[0]->stats().newest_version.load() == 15);
+  CHECK(shards[1]->stats().newest_version.load() == 15);
+}
