@@ -1,1 +1,231 @@
+// Fleet tests: the real `stampede` binary, real processes and sockets on loopback.
 #include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+struct Proc {
+  pid_t pid = -1;
+  std::string output_path;
+};
+
+// Starts `stampede args...` from the source dir in its own process group (as a shell
+// does for a foreground job), with stdout+stderr to a file.
+Proc Start(const std::vector<std::string>& args, const std::string& output_path) {
+  Proc p;
+  p.output_path = output_path;
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    ::setpgid(0, 0);
+    if (::chdir(STAMPEDE_SOURCE_DIR) != 0) ::_exit(126);
+    FILE* f = std::fopen(output_path.c_str(), "w");
+    if (f) {
+      ::dup2(fileno(f), 1);
+      ::dup2(fileno(f), 2);
+    }
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(STAMPEDE_BINARY));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(STAMPEDE_BINARY, argv.data());
+    ::_exit(127);
+  }
+  ::setpgid(p.pid, p.pid);
+  return p;
+}
+
+// Waits for exit (killing the group after `limit`); returns the exit code, or -signal.
+int Wait(const Proc& p, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  int status = 0;
+  while (::waitpid(p.pid, &status, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      ::kill(-p.pid, SIGKILL);
+      ::waitpid(p.pid, &status, 0);
+      FAIL("stampede did not finish within " << limit.count() << " s");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<json> Metrics(const std::string& run_dir) {
+  std::vector<json> rows;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) rows.push_back(json::parse(line));
+  }
+  return rows;
+}
+
+// pid -> "role index" for every process the coordinator spawned.
+std::map<int, std::string> Spawned(const std::vector<json>& rows) {
+  std::map<int, std::string> out;
+  for (const auto& r : rows) {
+    if (r.value("event", "") == "spawn") {
+      out[r["pid"].get<int>()] = r["role"].get<std::string>() + " " + std::to_string(r["index"].get<int>());
+    }
+  }
+  return out;
+}
+
+bool Alive(int pid) { return ::kill(pid, 0) == 0; }
+
+std::string FreshRunDir(const std::string& name) {
+  const auto dir = fs::temp_directory_path() / ("stampede_fleet_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+// Waits until `pred` holds or `limit` passes (polling; the processes are not ours to signal).
+template <class Pred>
+bool WaitFor(Pred pred, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (!pred()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+void CheckNoneLeft(const std::map<int, std::string>& spawned) {
+  for (const auto& [pid, who] : spawned) {
+    INFO(who << " (pid " << pid << ") is still running");
+    // A child that exited is reaped by the coordinator before it exits itself.
+    CHECK_FALSE(Alive(pid));
+  }
+}
+}  // namespace
+
+TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
+  const std::string run_dir = FreshRunDir("catch");
+  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir}, run_dir + ".out");
+  const int code = Wait(p, std::chrono::seconds(110));
+  INFO(Slurp(p.output_path));
+  REQUIRE(code == 0);
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  CHECK(summary["mean_return_100"].get<double>() >= 0.9);
+  CHECK(summary["env_frames"].get<long long>() >= 500000);
+  CHECK(summary["actor_restarts"].get<int>() == 0);
+  const auto rows = Metrics(run_dir);
+  const auto spawned = Spawned(rows);
+  std::map<std::string, int> roles;
+  for (const auto& [pid, who] : spawned) {
+    CHECK(pid != p.pid);
+    ++roles[who.substr(0, who.find(' '))];
+  }
+  CHECK(roles["actor"] == 2);
+  CHECK(roles["learner"] == 1);
+  CHECK(roles["ps"] == 2);
+  // Every row carries wall time, frames and learner step.
+  int progress_rows = 0;
+  for (const auto& r : rows) {
+    CHECK(r.contains("wall_time"));
+    CHECK(r.contains("env_frames"));
+    CHECK(r.contains("learner_step"));
+    progress_rows += r.contains("mean_return_100") && !r.contains("event");
+  }
+  CHECK(progress_rows >= 1);
+  CHECK(fs::exists(run_dir + "/checkpoint.bin"));
+  CheckNoneLeft(spawned);
+}
+
+TEST_CASE("fleet: a killed actor is restarted while the run goes on", "[fleet]") {
+  const std::string run_dir = FreshRunDir("restart");
+  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
+                  "stop.total_env_frames=2500000", "--set", "coordinator.progress_interval_s=0.2"},
+                 run_dir + ".out");
+  // Find actor 0 once training is under way.
+  int victim = -1;
+  const bool found = WaitFor([&] {
+    const auto rows = Metrics(run_dir);
+    bool training = false;
+    for (const auto& r : rows) training = training || (r.value("learner_step", 0) > 10);
+    for (const auto& [pid, who] : Spawned(rows)) {
+      if (who == "actor 0") victim = pid;
+    }
+    return training && victim > 0;
+  }, std::chrono::seconds(60));
+  REQUIRE(found);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  const int code = Wait(p, std::chrono::seconds(110));
+  INFO(Slurp(p.output_path));
+  REQUIRE(code == 0);
+  const auto rows = Metrics(run_dir);
+  int restarts = 0;
+  int new_pid = -1;
+  long long frames_at_restart = -1;
+  for (const auto& r : rows) {
+    if (r.value("event", "") == "actor_restart") {
+      ++restarts;
+      CHECK(r["actor"].get<int>() == 0);
+      CHECK(r["old_pid"].get<int>() == victim);
+      new_pid = r["new_pid"].get<int>();
+      frames_at_restart = r["env_frames"].get<long long>();
+    }
+  }
+  CHECK(restarts == 1);
+  CHECK(new_pid != victim);
+  CHECK(Spawned(rows)[new_pid] == "actor 0");
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  // The run went on past the restart to its full budget, and kept learning.
+  CHECK(summary["env_frames"].get<long long>() >= 2500000);
+  CHECK(frames_at_restart < 2500000);
+  CHECK(summary["actor_restarts"].get<int>() == 1);
+  CHECK(summary["mean_return_100"].get<double>() >= 0.9);
+  CheckNoneLeft(Spawned(rows));
+}
+
+TEST_CASE("fleet: Ctrl-C stops every process and writes the final checkpoint", "[fleet]") {
+  const std::string run_dir = FreshRunDir("sigint");
+  Proc p = Start({"run", "configs/cartpole.textproto", "--run-dir", run_dir, "--set",
+                  "stop.total_env_frames=1000000000", "--set", "coordinator.progress_interval_s=0.2"},
+                 run_dir + ".out");
+  REQUIRE(WaitFor([&] {
+    for (const auto& r : Metrics(run_dir)) {
+      if (r.value("learner_step", 0) > 5) return true;
+    }
+    return false;
+  }, std::chrono::seconds(60)));
+  ::kill(-p.pid, SIGINT);  // what a terminal does: the whole foreground process group
+  const int code = Wait(p, std::chrono::seconds(60));
+  INFO(Slurp(p.output_path));
+  CHECK(code == 130);
+  const auto rows = Metrics(run_dir);
+  CheckNoneLeft(Spawned(rows));
+  CHECK(fs::exists(run_dir + "/checkpoint.bin"));
+  CHECK(fs::exists(run_dir + "/summary.json"));
+  CHECK_THAT(Slurp(p.output_path), Catch::Contains("interrupted"));
+}
+
+TEST_CASE("fleet: a bad config stops the program before anything starts", "[fleet]") {
+  const std::string run_dir = FreshRunDir("badcfg");
+  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
+                  "learner.batch_size=0"},
+                 run_dir + ".out");
+  CHECK(Wait(p, std::chrono::seconds(20)) == 2);
+  CHECK_THAT(Slurp(p.output_path), Catch::Contains("--set learner.batch_size: learner.batch_size: 0 is out of range"));
+  CHECK_FALSE(fs::exists(run_dir));
+}

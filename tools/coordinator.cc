@@ -171,8 +171,11 @@ pid_t Spawn(SupervisorState& st, wire::Role role, int index) {
   c.log_path = log;
   st.children[pid] = c;
   WriteProcesses(st);
+  Event(st, "spawn", {{"role", role_name}, {"index", index}, {"pid", pid}});
   return pid;
 }
+
+void Progress(SupervisorState& st, Clock::time_point now);
 
 void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
   auto& st = self->state;
@@ -190,6 +193,7 @@ void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
 
 void Finish(Supervisor* self) {
   auto& st = self->state;
+  Progress(st, Clock::now());  // the final row
   RunResult& r = *st.result;
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - st.start).count();
   r.env_frames = st.learner.env_frames();
@@ -298,6 +302,55 @@ void OnExit(Supervisor* self, int pid, int wstatus) {
   BeginStop(self, who + " " + how, 1);
 }
 
+// One progress line and one metrics.jsonl row, from the newest learner status.
+void Progress(SupervisorState& st, Clock::time_point now) {
+  const double dt = std::chrono::duration<double>(now - st.last_tick).count();
+  const double elapsed = std::chrono::duration<double>(now - st.start).count();
+  const auto& s = st.learner;
+  const double fps = dt > 0 ? double(s.env_frames() - st.last_frames) / dt : 0;
+  const double lag_mean = st.lag_mean_n ? st.lag_mean_acc / st.lag_mean_n : 0;
+  int actors_alive = 0;
+  for (auto& [pid, c] : st.children) actors_alive += c.role == wire::ROLE_ACTOR;
+  if (!st.opt.quiet) {
+    std::printf("[%7.1fs] frames %s (%s/s) | episodes %lld | return(100) %.2f | steps %lld | "
+                "lag %.1f/%lld | queue %d | dropped %lld | actors %d\n",
+                elapsed, Human(double(s.env_frames())).c_str(), Human(fps).c_str(),
+                (long long)s.episodes(), s.mean_return_100(), (long long)s.learner_steps(),
+                lag_mean, (long long)st.lag_max_acc, s.queue_depth(),
+                (long long)s.dropped_trajectories(), actors_alive);
+    std::fflush(stdout);
+  }
+  nlohmann::json row = {{"wall_time", UnixTime()},
+                        {"elapsed_s", elapsed},
+                        {"env_frames", s.env_frames()},
+                        {"frames_per_s", fps},
+                        {"learner_step", s.learner_steps()},
+                        {"episodes", s.episodes()},
+                        {"mean_return_100", s.mean_return_100()},
+                        {"mean_episode_length_100", s.mean_episode_length_100()},
+                        {"returns_counted", s.returns_counted()},
+                        {"policy_lag_mean", lag_mean},
+                        {"policy_lag_max", st.lag_max_acc},
+                        {"policy_version", s.policy_version()},
+                        {"queue_depth", s.queue_depth()},
+                        {"dropped_trajectories", s.dropped_trajectories()},
+                        {"pg_loss", s.pg_loss()},
+                        {"baseline_loss", s.baseline_loss()},
+                        {"entropy", s.entropy()},
+                        {"grad_norm", s.grad_norm()},
+                        {"learning_rate", s.learning_rate()},
+                        {"train_seconds", s.train_seconds()},
+                        {"actors_alive", actors_alive},
+                        {"actor_restarts", st.actor_restarts}};
+  st.metrics << row.dump() << "\n";
+  st.metrics.flush();
+  st.last_tick = now;
+  st.last_frames = s.env_frames();
+  st.lag_mean_acc = 0;
+  st.lag_mean_n = 0;
+  st.lag_max_acc = 0;
+}
+
 void OnTick(Supervisor* self) {
   auto& st = self->state;
   const auto now = Clock::now();
@@ -331,53 +384,8 @@ void OnTick(Supervisor* self) {
       return;
     }
   }
-  const double interval = st.cfg.coordinator().progress_interval_s();
-  if (now - st.last_tick >= std::chrono::duration<double>(interval)) {
-    const double dt = std::chrono::duration<double>(now - st.last_tick).count();
-    const double elapsed = std::chrono::duration<double>(now - st.start).count();
-    const auto& s = st.learner;
-    const double fps = double(s.env_frames() - st.last_frames) / dt;
-    const double lag_mean = st.lag_mean_n ? st.lag_mean_acc / st.lag_mean_n : 0;
-    int actors_alive = 0;
-    for (auto& [pid, c] : st.children) actors_alive += c.role == wire::ROLE_ACTOR;
-    if (!st.opt.quiet) {
-      std::printf("[%7.1fs] frames %s (%s/s) | episodes %lld | return(100) %.2f | steps %lld | "
-                  "lag %.1f/%lld | queue %d | dropped %lld | actors %d\n",
-                  elapsed, Human(double(s.env_frames())).c_str(), Human(fps).c_str(),
-                  (long long)s.episodes(), s.mean_return_100(), (long long)s.learner_steps(),
-                  lag_mean, (long long)st.lag_max_acc, s.queue_depth(),
-                  (long long)s.dropped_trajectories(), actors_alive);
-      std::fflush(stdout);
-    }
-    nlohmann::json row = {{"wall_time", UnixTime()},
-                          {"elapsed_s", elapsed},
-                          {"env_frames", s.env_frames()},
-                          {"frames_per_s", fps},
-                          {"learner_step", s.learner_steps()},
-                          {"episodes", s.episodes()},
-                          {"mean_return_100", s.mean_return_100()},
-                          {"mean_episode_length_100", s.mean_episode_length_100()},
-                          {"returns_counted", s.returns_counted()},
-                          {"policy_lag_mean", lag_mean},
-                          {"policy_lag_max", st.lag_max_acc},
-                          {"policy_version", s.policy_version()},
-                          {"queue_depth", s.queue_depth()},
-                          {"dropped_trajectories", s.dropped_trajectories()},
-                          {"pg_loss", s.pg_loss()},
-                          {"baseline_loss", s.baseline_loss()},
-                          {"entropy", s.entropy()},
-                          {"grad_norm", s.grad_norm()},
-                          {"learning_rate", s.learning_rate()},
-                          {"train_seconds", s.train_seconds()},
-                          {"actors_alive", actors_alive},
-                          {"actor_restarts", st.actor_restarts}};
-    st.metrics << row.dump() << "\n";
-    st.metrics.flush();
-    st.last_tick = now;
-    st.last_frames = s.env_frames();
-    st.lag_mean_acc = 0;
-    st.lag_mean_n = 0;
-    st.lag_max_acc = 0;
+  if (now - st.last_tick >= std::chrono::duration<double>(st.cfg.coordinator().progress_interval_s())) {
+    Progress(st, now);
   }
   self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
 }
