@@ -173,7 +173,9 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
   zmq::context_t ctx(1);
   zmq::socket_t out(ctx, zmq::socket_type::push);
   wire::ConfigureSender(out, 1, 100);
-  wire::LimitKernelBuffers(out);
+  wire::LimitKernelBuffers(out, wire::TrajectoryBytes(cfg.actors().unroll_length(),
+                                                     cfg.actors().envs_per_actor(),
+                                                     core->obs_size(), core->num_actions()));
   out.connect(cfg.cluster().learner());
   std::unique_ptr<zmq::socket_t> status_socket;
   if (!cfg.cluster().coordinator().empty()) {

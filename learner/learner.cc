@@ -64,7 +64,9 @@ struct Learner::Impl {
 
   std::mutex mu;  // guards everything below
   std::deque<float> returns, lengths;
+  double returns_sum = 0;
   int64_t episodes = 0;
+  int64_t frames_to_target = -1;
   double lag_sum = 0;
   int64_t lag_count = 0, lag_max = 0;
   LossStats last_loss;
@@ -129,7 +131,9 @@ bool Learner::Start(std::string* error) {
   m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(*m.socket, m.cfg.cluster().max_message_bytes());
   m.socket->set(zmq::sockopt::rcvhwm, 2);
-  wire::LimitKernelBuffers(*m.socket);
+  wire::LimitKernelBuffers(*m.socket, wire::TrajectoryBytes(m.cfg.actors().unroll_length(),
+                                                           m.cfg.actors().envs_per_actor(),
+                                                           m.obs_size, m.num_actions));
   try {
     m.socket->bind(m.bind_endpoint);
   } catch (const zmq::error_t& e) {
@@ -229,9 +233,20 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
     }
     for (const auto& ep : b->meta.episodes()) {
       returns.push_back(ep.episode_return());
+      returns_sum += ep.episode_return();
       lengths.push_back(float(ep.length()));
-      if (returns.size() > kReturnWindow) returns.pop_front(), lengths.pop_front();
+      if (returns.size() > kReturnWindow) {
+        returns_sum -= returns.front();
+        returns.pop_front();
+        lengths.pop_front();
+      }
       ++episodes;
+    }
+    const auto& stop_cfg = cfg.stop();
+    if (frames_to_target < 0 && (stop_cfg.target_return() != 0 || stop_cfg.stop_at_target()) &&
+        returns.size() >= kReturnWindow &&
+        returns_sum / double(returns.size()) >= stop_cfg.target_return()) {
+      frames_to_target = self->frames_.load() + b->frames();
     }
   }
   self->frames_ += b->frames();
@@ -351,10 +366,10 @@ void Learner::FillStatus(wire::Status* s) {
   std::lock_guard lock(m.mu);
   s->set_episodes(m.episodes);
   s->set_returns_counted(int(m.returns.size()));
-  double sum = 0, len = 0;
-  for (float r : m.returns) sum += r;
+  double len = 0;
   for (float l : m.lengths) len += l;
-  s->set_mean_return_100(m.returns.empty() ? 0 : sum / double(m.returns.size()));
+  s->set_frames_to_target(m.frames_to_target);
+  s->set_mean_return_100(m.returns.empty() ? 0 : m.returns_sum / double(m.returns.size()));
   s->set_mean_episode_length_100(m.lengths.empty() ? 0 : len / double(m.lengths.size()));
   s->set_policy_lag_mean(m.lag_count ? m.lag_sum / double(m.lag_count) : 0);
   s->set_policy_lag_max(m.lag_max);

@@ -246,17 +246,16 @@ void OnStatus(Supervisor* self, const std::string& bytes) {
   RunResult& r = *st.result;
   const auto& stop = st.cfg.stop();
   const bool target_set = stop.target_return() != 0 || stop.stop_at_target();
-  if (target_set && r.frames_to_target < 0 && s.returns_counted() >= 100 &&
-      s.mean_return_100() >= stop.target_return()) {
-    r.frames_to_target = s.env_frames();
+  if (target_set && r.frames_to_target < 0 && s.frames_to_target() > 0) {
+    r.frames_to_target = s.frames_to_target();
     r.seconds_to_target = std::chrono::duration<double>(Clock::now() - st.start).count();
     if (!st.opt.quiet) {
-      std::printf("stampede: mean return(100) %.2f >= target %.2f at %lld frames, %.1f s\n",
-                  s.mean_return_100(), stop.target_return(), (long long)r.frames_to_target,
-                  r.seconds_to_target);
+      std::printf("stampede: mean return(100) reached the target %.2f at %lld frames (%.1f s)\n",
+                  stop.target_return(), (long long)r.frames_to_target, r.seconds_to_target);
       std::fflush(stdout);
     }
-    Event(st, "target_reached", {{"mean_return_100", s.mean_return_100()}});
+    Event(st, "target_reached", {{"mean_return_100", s.mean_return_100()},
+                                 {"frames_to_target", r.frames_to_target}});
     if (stop.stop_at_target()) BeginStop(self, "target return reached", 0);
   }
   if (s.env_frames() >= stop.total_env_frames()) {
@@ -285,6 +284,13 @@ void OnExit(Supervisor* self, int pid, int wstatus) {
     return;
   }
   Event(st, "process_exit", {{"process", who}, {"pid", pid}, {"how", how}});
+  if (StopFlag().load()) {
+    // Ctrl-C reaches the whole process group at once: a child may exit before the
+    // watcher has turned the signal into a stop request. It is not a crash.
+    BeginStop(self, std::string("interrupted (signal ") + std::to_string(StopSignal()) + ")", 130);
+    if (st.children.empty()) Finish(self);
+    return;
+  }
   if (c.role == wire::ROLE_ACTOR) {
     if (st.actor_restarts >= st.cfg.coordinator().max_actor_restarts()) {
       BeginStop(self, who + " " + how + " and the restart budget (coordinator.max_actor_restarts) is spent", 1);
@@ -473,7 +479,6 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   result.run_dir = cfg.run_dir();
   const std::string config_path = cfg.run_dir() + "/config.textproto";
   WriteAtomically(config_path, ConfigToText(cfg));
-  InstallStopHandlers();
   {
     caf::actor_system_config sys_cfg;
     caf::actor_system sys{sys_cfg};

@@ -44,6 +44,9 @@ bool NeedsEndpoints(const stampede::config::Config& cfg, const char* role) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First thing: a SIGTERM or Ctrl-C that arrives during start-up still means "stop
+  // cleanly", never the default abrupt death.
+  stampede::tools::InstallStopHandlers();
   CLI::App app{"Stampede: IMPALA-style distributed reinforcement learning"};
   app.require_subcommand(1);
   std::string config_path;
@@ -94,7 +97,6 @@ int main(int argc, char** argv) {
     if (!Load(config_path, sets, &loaded)) return 2;
     const std::string role = sub->get_name();
     if (!NeedsEndpoints(loaded.config, role.c_str())) return 2;
-    stampede::tools::InstallStopHandlers();
     if (role == "actor") return stampede::tools::RunActorRole(loaded.config, task_index);
     if (role == "learner") return stampede::tools::RunLearnerRole(loaded.config, task_index);
     return stampede::tools::RunPsRole(loaded.config, task_index);

@@ -22,6 +22,11 @@ void TrajectoryBatch::Resize(int unroll_length, int num_unrolls, int obs_size, i
   truncation_values.assign(tn, 0.f);
 }
 
+int64_t TrajectoryBytes(int T, int n, int D, int A) {
+  const int64_t tn = int64_t(T) * n;
+  return (tn + n) * D * 4 + tn * (4 + 4 + 1 + 1 + 4) + tn * A * 4;
+}
+
 bool SendTrajectory(zmq::socket_t& socket, const TrajectoryBatch& b) {
   const Frame frames[] = {AsFrame(b.observations), AsFrame(b.actions),   AsFrame(b.rewards),
                           AsFrame(b.terminated),   AsFrame(b.truncated), AsFrame(b.behaviour_logits),

@@ -34,6 +34,9 @@ struct TrajectoryBatch {
 
 inline constexpr int kTrajectoryFrames = 8;  // header + 7 arrays
 
+// Bytes of the array frames of one trajectory message (the header adds a little).
+int64_t TrajectoryBytes(int unroll_length, int num_unrolls, int obs_size, int num_actions);
+
 [[nodiscard]] bool SendTrajectory(zmq::socket_t& socket, const TrajectoryBatch& batch);
 
 // What the learner expects of every trajectory.

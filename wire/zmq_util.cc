@@ -2,6 +2,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <random>
 
@@ -18,7 +19,9 @@ void ConfigureSender(zmq::socket_t& socket, int send_hwm, int send_timeout_ms) {
   socket.set(zmq::sockopt::linger, 0);
 }
 
-void LimitKernelBuffers(zmq::socket_t& socket, int bytes) {
+void LimitKernelBuffers(zmq::socket_t& socket, int64_t message_bytes) {
+  constexpr int64_t kMinBytes = 4096, kMaxBytes = 64 << 20;
+  const int bytes = int(std::clamp(message_bytes, kMinBytes, kMaxBytes));
   socket.set(zmq::sockopt::sndbuf, bytes);
   socket.set(zmq::sockopt::rcvbuf, bytes);
 }

@@ -32,10 +32,9 @@ void ConfigureSender(zmq::socket_t& socket, int send_hwm, int send_timeout_ms);
 
 // Kernel socket buffers for the trajectory path. ZeroMQ's high-water marks count
 // messages, but the kernel's TCP buffers hold megabytes more; every trajectory waiting
-// there is older policy by the time the learner trains on it (policy lag). Small
-// buffers keep the actors' backpressure close to the learner's queue.
-inline constexpr int kTrajectorySocketBufferBytes = 64 * 1024;
-void LimitKernelBuffers(zmq::socket_t& socket, int bytes = kTrajectorySocketBufferBytes);
+// there is older policy by the time the learner trains on it (policy lag). Buffers of
+// about one message keep the actors' backpressure close to the learner's queue.
+void LimitKernelBuffers(zmq::socket_t& socket, int64_t message_bytes);
 
 // Sends header + frames as one multipart message. Returns false if the send would
 // block past the socket's send timeout (nothing is sent then).
