@@ -229,3 +229,29 @@ TEST_CASE("fleet: a bad config stops the program before anything starts", "[flee
   CHECK_THAT(Slurp(p.output_path), Catch::Contains("--set learner.batch_size: learner.batch_size: 0 is out of range"));
   CHECK_FALSE(fs::exists(run_dir));
 }
+
+TEST_CASE("fleet: a crashed learner or PS shard stops the run with a clear message", "[fleet]") {
+  for (const std::string role : {"learner", "ps"}) {
+    SECTION(role) {
+      const std::string run_dir = FreshRunDir("crash_" + role);
+      Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
+                      "stop.total_env_frames=1000000000"},
+                     run_dir + ".out");
+      int victim = -1;
+      REQUIRE(WaitFor([&] {
+        const auto rows = Metrics(run_dir);
+        for (const auto& [pid, who] : Spawned(rows)) {
+          if (who == role + " 0") victim = pid;
+        }
+        return victim > 0 && Spawned(rows).size() == 5;
+      }, std::chrono::seconds(60)));
+      REQUIRE(::kill(victim, SIGKILL) == 0);
+      const int code = Wait(p, std::chrono::seconds(60));
+      const std::string out = Slurp(p.output_path);
+      INFO(out);
+      CHECK(code == 1);
+      CHECK_THAT(out, Catch::Contains("stopping: " + role + " 0 was killed by signal 9"));
+      CheckNoneLeft(Spawned(Metrics(run_dir)));
+    }
+  }
+}

@@ -303,8 +303,9 @@ void OnExit(Supervisor* self, int pid, int wstatus) {
     Event(st, "actor_restart", {{"actor", c.index}, {"old_pid", pid}, {"new_pid", fresh}, {"how", how}});
     return;
   }
-  std::fprintf(stderr, "stampede: %s (pid %d) %s; its log (%s) ends:\n%s\n", who.c_str(), pid,
-               how.c_str(), c.log_path.c_str(), TailOfFile(c.log_path, 2000).c_str());
+  const std::string tail = TailOfFile(c.log_path, 2000);
+  std::fprintf(stderr, "stampede: %s (pid %d) %s; its log (%s) %s\n%s", who.c_str(), pid,
+               how.c_str(), c.log_path.c_str(), tail.empty() ? "is empty" : "ends:", tail.c_str());
   BeginStop(self, who + " " + how, 1);
 }
 
