@@ -296,8 +296,12 @@ void Learner::Impl::TrainLoop() {
   batch.Resize(T, B, obs_size, num_actions);
   std::vector<UnrollRef> items;
   auto last_checkpoint = Clock::now();
+  bool unpublished = false;  // the newest version has not reached every shard yet
   while (!stop.load()) {
-    if (!queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(100))) continue;
+    if (!queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(unpublished ? 5 : 100))) {
+      if (unpublished) unpublished = !publisher->Put(params, self->version_.load());
+      continue;
+    }
     const auto start = Clock::now();
     Assemble(items, &batch);
     items.clear();  // release the received batches
@@ -311,7 +315,7 @@ void Learner::Impl::TrainLoop() {
     rms->Step(params, grad, lr);
     const int64_t version = ++self->version_;
     const int64_t steps = ++self->steps_;
-    if (steps % lc.publish_every() == 0) publisher->Put(params, version);
+    if (steps % lc.publish_every() == 0 || unpublished) unpublished = !publisher->Put(params, version);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     {
       std::lock_guard lock(mu);

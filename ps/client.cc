@@ -122,6 +122,7 @@ ParamsPublisher::ParamsPublisher(zmq::context_t& ctx, ClientOptions opt) : opt_(
     s.connect(ep);
     sockets_.push_back(std::move(s));
   }
+  sent_version_.assign(sockets_.size(), -1);
 }
 ParamsPublisher::~ParamsPublisher() = default;
 
@@ -144,25 +145,22 @@ bool ParamsPublisher::PutShard(int shard, std::span<const float> params, int64_t
   return wire::SendMessage(sockets_[shard], req, frames);
 }
 
-int ParamsPublisher::Put(std::span<const float> params, int64_t version) {
-  int ok = 0;
-  for (int i = 0; i < int(sockets_.size()); ++i) ok += PutShard(i, params, version) ? 1 : 0;
-  return ok;
+bool ParamsPublisher::Put(std::span<const float> params, int64_t version) {
+  bool all = true;
+  for (int i = 0; i < int(sockets_.size()); ++i) {
+    if (sent_version_[i] < version && PutShard(i, params, version)) sent_version_[i] = version;
+    all = all && sent_version_[i] >= version;
+  }
+  return all;
 }
 
 bool ParamsPublisher::PutAll(std::span<const float> params, int64_t version,
                              const std::atomic<bool>* stop) {
-  std::vector<bool> done(sockets_.size(), false);
-  while (true) {
-    bool all = true;
-    for (size_t i = 0; i < sockets_.size(); ++i) {
-      if (!done[i]) done[i] = PutShard(int(i), params, version);
-      all = all && done[i];
-    }
-    if (all) return true;
+  while (!Put(params, version)) {
     if (stop != nullptr && stop->load()) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  return true;
 }
 
 }  // namespace stampede::ps

@@ -48,13 +48,15 @@ class ParamsFetcher {
 };
 
 // Puts a new version of the whole vector to every shard (each gets its slice).
-// Never blocks: a shard whose queue is full misses this version (the next put carries
-// a newer one); returns how many shards took it.
+// Never blocks: a shard whose send queue is full does not get this version now; call
+// Put again (with the same or a newer version) until it returns true, so the newest
+// version always reaches every shard.
 class ParamsPublisher {
  public:
   ParamsPublisher(zmq::context_t& ctx, ClientOptions opt);
   ~ParamsPublisher();
-  int Put(std::span<const float> params, int64_t version);
+  // Sends `version` to every shard that has not taken it yet; true when all have.
+  bool Put(std::span<const float> params, int64_t version);
   // Retries until every shard has accepted `version` into its send queue or *stop.
   bool PutAll(std::span<const float> params, int64_t version, const std::atomic<bool>* stop);
 
@@ -62,6 +64,7 @@ class ParamsPublisher {
   bool PutShard(int shard, std::span<const float> params, int64_t version);
   ClientOptions opt_;
   std::vector<zmq::socket_t> sockets_;
+  std::vector<int64_t> sent_version_;  // per shard, the newest version queued to it
 };
 
 }  // namespace stampede::ps

@@ -130,7 +130,11 @@ TEST_CASE("ps: a shard refuses puts for another layout or slice and stale versio
   ps::ParamsPublisher wrong(fleet.ctx, other);
   REQUIRE(wrong.PutAll(Pattern(100, 6), 6, nullptr));
   wait_until(all(&ps::ShardStats::bad_requests, 1));
-  REQUIRE(pub.PutAll(Pattern(100, 3), 3, nullptr));  // older than what the shards hold
+  // A put older than what the shards hold (from another publisher: one publisher never
+  // sends a version older than its last).
+  ps::ParamsPublisher late(fleet.ctx, fleet.Options(100, wire::ROLE_LEARNER));
+  REQUIRE(late.PutAll(Pattern(100, 3), 3, nullptr));
+  wait_until(all(&ps::ShardStats::stale_puts, 1));
   REQUIRE(pub.PutAll(Pattern(100, 7), 7, nullptr));
   wait_until(all(&ps::ShardStats::newest_version, 7));
   for (auto& s : fleet.shards) {
