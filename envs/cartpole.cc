@@ -19,8 +19,7 @@ CartPole::CartPole(const EnvOptions& options) : Env(CartPoleSpec(options)) {}
 
 void CartPole::DoReset(uint64_t seed, float* obs) {
   rng_.seed(seed);
-  std::uniform_real_distribution<double> u(-0.05, 0.05);
-  for (double& s : state_) s = u(rng_);
+  for (double& s : state_) s = rng_.Uniform(-0.05, 0.05);
   Write(obs);
 }
 

@@ -3,9 +3,9 @@
 #pragma once
 
 #include <array>
-#include <random>
 
 #include "envs/env.h"
+#include "envs/rng.h"
 
 namespace stampede::envs {
 
@@ -28,7 +28,7 @@ class CartPole : public Env {
  private:
   void Write(float* obs) const;
   std::array<double, 4> state_{};
-  std::mt19937_64 rng_;
+  SplitMix64 rng_;
 };
 
 }  // namespace stampede::envs

@@ -3,9 +3,9 @@
 // Reward +1 if the paddle is under the ball when it reaches the bottom, else -1; 9 steps.
 #pragma once
 
-#include <random>
 
 #include "envs/env.h"
+#include "envs/rng.h"
 
 namespace stampede::envs {
 
@@ -24,7 +24,7 @@ class Catch : public Env {
  private:
   void Write(float* obs) const;
   int ball_x_ = 0, ball_y_ = 0, paddle_x_ = kColumns / 2;
-  std::mt19937_64 rng_;
+  SplitMix64 rng_;
 };
 
 }  // namespace stampede::envs

@@ -2,10 +2,10 @@
 
 #include <chrono>
 #include <cstdio>
-#include <random>
 
 #include "actors/actor.h"
 #include "envs/env.h"
+#include "envs/rng.h"
 #include "net/mlp.h"
 #include "tools/coordinator.h"
 #include "wire/config.h"
@@ -38,8 +38,8 @@ int RunBench(const BenchOptions& opt) {
       return 2;
     }
     std::vector<float> obs(env->spec().obs_size());
-    std::mt19937 rng(1);
-    std::uniform_int_distribution<int> pick(0, env->spec().num_actions - 1);
+    envs::SplitMix64 rng(1);
+    const uint64_t A = uint64_t(env->spec().num_actions);
     uint64_t seed = 1;
     env->Reset(seed++, obs);
     int64_t steps = 0;
@@ -47,7 +47,7 @@ int RunBench(const BenchOptions& opt) {
     double elapsed = 0;
     while ((elapsed = Since(start)) < opt.seconds) {
       for (int i = 0; i < 4096; ++i) {
-        auto r = env->Step(pick(rng), obs);
+        auto r = env->Step(int(rng() % A), obs);
         if (r.terminated || r.truncated) env->Reset(seed++, obs);
       }
       steps += 4096;

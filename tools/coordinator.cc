@@ -119,6 +119,9 @@ struct SupervisorState {
   Clock::time_point stop_deadline;
   bool killed = false;
   int actor_restarts = 0;
+  // Per actor process (pid): frames produced and seconds blocked on a full learner
+  // queue, both cumulative over that process's life.
+  std::map<pid_t, std::pair<int64_t, double>> actor_stats;
   RunResult* result = nullptr;
   std::shared_ptr<std::atomic<bool>> done;
 };
@@ -237,6 +240,9 @@ void OnStatus(Supervisor* self, const std::string& bytes) {
     it->second.last_heard = Clock::now();
     it->second.activity = s.activity();
   }
+  if (s.sender().role() == wire::ROLE_ACTOR) {
+    st.actor_stats[pid_t(s.pid())] = {s.actor_frames(), s.actor_send_wait_s()};
+  }
   if (s.sender().role() != wire::ROLE_LEARNER) return;
   st.learner = s;
   st.have_learner_status = true;
@@ -318,6 +324,12 @@ void Progress(SupervisorState& st, Clock::time_point now) {
   const double lag_mean = st.lag_mean_n ? st.lag_mean_acc / st.lag_mean_n : 0;
   int actors_alive = 0;
   for (auto& [pid, c] : st.children) actors_alive += c.role == wire::ROLE_ACTOR;
+  int64_t actor_frames = 0;
+  double actor_wait = 0;
+  for (const auto& [pid, fw] : st.actor_stats) {
+    actor_frames += fw.first;
+    actor_wait += fw.second;
+  }
   if (!st.opt.quiet) {
     std::printf("[%7.1fs] frames %s (%s/s) | episodes %lld | return(100) %.2f | steps %lld | "
                 "lag %.1f/%lld | queue %d | dropped %lld | actors %d\n",
@@ -348,6 +360,8 @@ void Progress(SupervisorState& st, Clock::time_point now) {
                         {"learning_rate", s.learning_rate()},
                         {"train_seconds", s.train_seconds()},
                         {"actors_alive", actors_alive},
+                        {"actor_frames", actor_frames},
+                        {"actor_send_wait_s", actor_wait},
                         {"actor_restarts", st.actor_restarts}};
   st.metrics << row.dump() << "\n";
   st.metrics.flush();
