@@ -6,6 +6,9 @@
 #include "actors/actor.h"
 #include "envs/env.h"
 #include "envs/rng.h"
+#include "learner/batch.h"
+#include "learner/loss.h"
+#include "learner/rmsprop.h"
 #include "net/mlp.h"
 #include "tools/coordinator.h"
 #include "wire/config.h"
@@ -78,7 +81,56 @@ int RunBench(const BenchOptions& opt) {
                 cfg.actors().envs_per_actor(), sps, 1e6 / sps);
   }
 
-  // 3. The whole fleet, learning, on this machine.
+  // 3. Learner steps/s: V-trace, loss, gradient, clipping and RMSProp on one batch of
+  // B unrolls of T steps, one core, no sockets.
+  {
+    auto core = actors::ActorCore::Create(cfg, 0, &error);
+    net::MlpSpec spec;
+    spec.obs_size = core->obs_size();
+    spec.hidden_sizes = HiddenSizes(cfg);
+    spec.num_actions = core->num_actions();
+    net::Mlp<float> mlp(spec);
+    std::vector<float> params(mlp.layout().total_size()), grad(params.size());
+    net::InitMlp(spec, 1, params);
+    const int T = cfg.actors().unroll_length(), B = cfg.learner().batch_size();
+    // A batch of real unrolls from the actor core (a column per env, as the learner forms them).
+    learner::Batch batch;
+    batch.Resize(T, B, spec.obs_size, spec.num_actions);
+    wire::TrajectoryBatch unrolls;
+    for (int b = 0; b < B; ++b) {
+      if (b % cfg.actors().envs_per_actor() == 0) core->CollectUnroll(params, 0, &unrolls);
+      const int n = unrolls.n(), c = b % n, D = spec.obs_size, A = spec.num_actions;
+      for (int t = 0; t <= T; ++t) {
+        std::copy_n(&unrolls.observations[(size_t(t) * n + c) * D], D, &batch.observations[(size_t(t) * B + b) * D]);
+      }
+      for (int t = 0; t < T; ++t) {
+        const size_t src = size_t(t) * n + c, dst = size_t(t) * B + b;
+        batch.actions[dst] = unrolls.actions[src];
+        batch.rewards[dst] = unrolls.rewards[src];
+        batch.terminated[dst] = unrolls.terminated[src];
+        batch.truncated[dst] = unrolls.truncated[src];
+        std::copy_n(&unrolls.behaviour_logits[src * A], A, &batch.behaviour_logits[dst * A]);
+      }
+    }
+    learner::LossOptions lo;
+    learner::RmsProp rms(int64_t(params.size()), {});
+    int64_t steps = 0;
+    const auto start = Clock::now();
+    double elapsed = 0;
+    while ((elapsed = Since(start)) < opt.seconds) {
+      std::fill(grad.begin(), grad.end(), 0.f);
+      learner::ComputeLossAndGrad(mlp, params.data(), batch, lo, grad.data());
+      learner::ClipGlobalNorm(grad, 40.0);
+      rms.Step(params, grad, 1e-4);
+      ++steps;
+    }
+    const double sps = steps / elapsed;
+    const double flops = 6.0 * double((T + 1) * B) * double(mlp.layout().total_size());
+    std::printf("  learner steps/s (1 core, B=%d, T=%d, %lld params): %12.0f  (%.0f frames/s; ~%.1f GFLOP/s of ~100 for Eigen GEMM)\n",
+                B, T, (long long)mlp.layout().total_size(), sps, sps * T * B, sps * flops / 1e9);
+  }
+
+  // 4. The whole fleet, learning, on this machine.
   if (opt.fleet_frames > 0) {
     config::Config fleet = cfg;
     fleet.mutable_stop()->set_total_env_frames(opt.fleet_frames);

@@ -1,5 +1,6 @@
 // `stampede bench`: raw env steps/s on one core, actor steps/s with batched inference
-// (no learner, no sockets) and end-to-end fleet frames/s with learning. Prints figures
+// (no learner, no sockets), learner steps/s on one core, and end-to-end fleet frames/s
+// with learning. Prints figures
 // next to the limits DESIGN.md gives for this machine; asserts nothing.
 #pragma once
 

@@ -432,12 +432,19 @@ caf::behavior SupervisorBehavior(Supervisor* self) {
 // and turns Ctrl-C into a stop request.
 void Watcher(caf::blocking_actor* self, caf::actor supervisor, std::string endpoint,
              int64_t max_bytes, std::shared_ptr<std::atomic<bool>> done,
-             std::shared_ptr<std::atomic<bool>> bound) {
+             std::shared_ptr<std::atomic<int>> bound) {
   zmq::context_t ctx(1);
   zmq::socket_t pull(ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(pull, max_bytes);
-  pull.bind(endpoint);
-  bound->store(true);
+  try {
+    pull.bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    std::fprintf(stderr, "stampede: cannot bind the coordinator's status socket %s (cluster.coordinator): %s\n",
+                 endpoint.c_str(), e.what());
+    bound->store(-1);
+    return;
+  }
+  bound->store(1);
   bool signalled = false;
   zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0}};
   zmq::message_t msg;
@@ -498,7 +505,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     caf::actor_system_config sys_cfg;
     caf::actor_system sys{sys_cfg};
     auto done = std::make_shared<std::atomic<bool>>(false);
-    auto bound = std::make_shared<std::atomic<bool>>(false);
+    auto bound = std::make_shared<std::atomic<int>>(0);  // 1 bound, -1 failed
     auto sup = sys.spawn([&](Supervisor* self) {
       auto& st = self->state;
       st.cfg = cfg;
@@ -508,7 +515,13 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       st.metrics.open(cfg.run_dir() + "/metrics.jsonl", std::ios::app);
       st.result = &result;
       st.done = done;
-      while (!bound->load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      while (bound->load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (bound->load() < 0) {
+        result.exit_code = 2;
+        done->store(true);
+        self->quit();
+        return caf::behavior{};
+      }
       return SupervisorBehavior(self);
     });
     sys.spawn<caf::detached>(Watcher, sup, cfg.cluster().coordinator(),
