@@ -153,3 +153,28 @@ TEST_CASE("optimizer: RMSProp step and global-norm clipping follow their formula
   learner::ClipGlobalNorm(small, 1.0);
   CHECK(small[0] == Approx(0.3f));
 }
+
+TEST_CASE("loss: episode ends zero the discount; truncation bootstraps only when configured", "[loss]") {
+  const auto spec = SmallSpec(net::Activation::kTanh);
+  learner::Batch batch = RandomBatch(4, 2, 3, 3, 8);
+  std::fill(batch.terminated.begin(), batch.terminated.end(), 0);
+  std::fill(batch.truncated.begin(), batch.truncated.end(), 0);
+  batch.terminated[1] = 1;  // t=0, b=1
+  batch.truncated[4] = 1;   // t=2, b=0
+  batch.truncation_values[4] = 2.5f;
+  net::Mlp<double> mlp(spec);
+  std::vector<float> pf(mlp.layout().total_size());
+  net::InitMlp(spec, 1, pf);
+  std::vector<double> p(pf.begin(), pf.end());
+  learner::LossOptions opt;
+  opt.discount = 0.9;
+  for (bool bootstrap : {true, false}) {
+    opt.bootstrap_on_truncation = bootstrap;
+    const auto tg = learner::ComputeTargets(mlp, p.data(), batch, opt);
+    for (int i = 0; i < 8; ++i) {
+      CHECK(tg.discounts[i] == Approx(i == 1 || i == 4 ? 0.0 : 0.9));
+      const double want = batch.rewards[i] + (i == 4 && bootstrap ? 0.9 * 2.5 : 0.0);
+      CHECK(tg.rewards[i] == Approx(want));
+    }
+  }
+}

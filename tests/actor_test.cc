@@ -1,0 +1,128 @@
+// The actor's unrolls: continuity between unrolls, behaviour logits equal to the
+// network's output on the recorded observation, episode books, and the value of the
+// final observation recorded where an episode is truncated.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "actors/actor.h"
+#include "envs/cartpole.h"
+#include "net/mlp.h"
+
+using namespace stampede;
+
+namespace {
+config::Config ActorConfig(const std::string& env, int E, int T, int max_steps = 0) {
+  config::Config cfg;
+  cfg.mutable_env()->set_name(env);
+  cfg.mutable_env()->set_max_episode_steps(max_steps);
+  cfg.mutable_net()->add_hidden_sizes(8);
+  cfg.mutable_actors()->set_envs_per_actor(E);
+  cfg.mutable_actors()->set_unroll_length(T);
+  cfg.set_seed(5);
+  return cfg;
+}
+
+net::MlpSpec SpecOf(const actors::ActorCore& core) {
+  net::MlpSpec s;
+  s.obs_size = core.obs_size();
+  s.hidden_sizes = {8};
+  s.num_actions = core.num_actions();
+  return s;
+}
+}  // namespace
+
+TEST_CASE("actor: unrolls are continuous, logits are the policy's, episodes are booked", "[actors]") {
+  const int E = 3, T = 5, D = 50, A = 3;
+  std::string error;
+  auto core = actors::ActorCore::Create(ActorConfig("Catch", E, T), 0, &error);
+  REQUIRE(core);
+  const auto spec = SpecOf(*core);
+  net::Mlp<float> mlp(spec);
+  std::vector<float> params(mlp.layout().total_size());
+  net::InitMlp(spec, 3, params);
+  for (auto& p : params) p *= 20;  // a decisive policy, so logits differ across states
+  wire::TrajectoryBatch batch, previous;
+  int terminals = 0, episodes = 0;
+  for (int u = 0; u < 6; ++u) {
+    core->CollectUnroll(params, 40 + u, &batch);
+    REQUIRE(batch.T() == T);
+    REQUIRE(batch.n() == E);
+    CHECK(batch.meta.policy_version() == 40 + u);
+    if (u > 0) {
+      // This unroll starts where the last one's bootstrap observation left off.
+      CHECK(std::equal(batch.observations.begin(), batch.observations.begin() + E * D,
+                       previous.observations.begin() + T * E * D));
+    }
+    std::vector<float> logits(E * A);
+    for (int t = 0; t < T; ++t) {
+      mlp.Forward(params.data(), &batch.observations[size_t(t) * E * D], E, logits.data(), nullptr);
+      for (int i = 0; i < E * A; ++i) {
+        CHECK(batch.behaviour_logits[size_t(t) * E * A + i] == Approx(logits[i]).margin(1e-5));
+      }
+      for (int e = 0; e < E; ++e) {
+        const size_t i = size_t(t) * E + e;
+        CHECK(batch.actions[i] >= 0);
+        CHECK(batch.actions[i] < A);
+        CHECK_FALSE(batch.truncated[i]);
+        // Catch pays +-1 exactly on its terminal (9th) step.
+        CHECK((batch.terminated[i] ? std::abs(batch.rewards[i]) == 1.f : batch.rewards[i] == 0.f));
+        terminals += batch.terminated[i];
+        if (batch.terminated[i]) {
+          // The next row is a fresh episode: ball on the top row.
+          const float* next = &batch.observations[(size_t(t + 1) * E + e) * D];
+          CHECK(std::count(next, next + 5, 1.f) == 1);
+        }
+      }
+    }
+    for (const auto& ep : batch.meta.episodes()) {
+      CHECK(ep.length() == 9);
+      CHECK(std::abs(ep.episode_return()) == 1.f);
+    }
+    episodes += batch.meta.episodes_size();
+    previous = batch;
+  }
+  // 30 steps per env = 3 whole episodes of 9 steps each.
+  CHECK(terminals == 3 * E);
+  CHECK(episodes == 3 * E);
+  CHECK(core->frames() == 6 * T * E);
+}
+
+TEST_CASE("actor: a truncated step records the value of the final observation", "[actors]") {
+  const int E = 2, T = 8, D = 4;
+  std::string error;
+  auto core = actors::ActorCore::Create(ActorConfig("CartPole-v1", E, T, 3), 0, &error);
+  REQUIRE(core);
+  const auto spec = SpecOf(*core);
+  net::Mlp<float> mlp(spec);
+  std::vector<float> params(mlp.layout().total_size());
+  net::InitMlp(spec, 4, params);
+  for (auto& p : params) p += 0.3f;  // non-zero value head
+  wire::TrajectoryBatch batch;
+  core->CollectUnroll(params, 0, &batch);
+  int truncations = 0;
+  for (int t = 0; t < T; ++t) {
+    for (int e = 0; e < E; ++e) {
+      const size_t i = size_t(t) * E + e;
+      CHECK(batch.truncated[i] == ((t + 1) % 3 == 0));  // the 3-step limit
+      CHECK_FALSE(batch.terminated[i]);
+      if (!batch.truncated[i]) {
+        CHECK(batch.truncation_values[i] == 0.f);
+        continue;
+      }
+      ++truncations;
+      // Rebuild the final observation (overwritten by the reset) from the dynamics.
+      envs::CartPole env({});
+      std::vector<float> obs(D);
+      env.Reset(1, obs);
+      const float* o = &batch.observations[i * D];
+      env.set_state({o[0], o[1], o[2], o[3]});
+      env.Step(batch.actions[i], obs);
+      float value = 0;
+      mlp.Forward(params.data(), obs.data(), 1, nullptr, &value);
+      CHECK(batch.truncation_values[i] == Approx(value).margin(1e-4));
+      CHECK(value != 0.f);
+    }
+  }
+  CHECK(truncations == 2 * E);
+}
