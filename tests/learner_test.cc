@@ -1,0 +1,114 @@
+// The learner resumes from its checkpoint (parameters, optimizer state, version) and
+// refuses one written for another network with both layouts in the message.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <thread>
+
+#include "learner/checkpoint.h"
+#include "learner/learner.h"
+#include "ps/client.h"
+#include "ps/shard.h"
+#include "wire/zmq_util.h"
+
+using namespace stampede;
+
+namespace {
+struct Shards {
+  zmq::context_t& ctx;
+  std::atomic<bool> stop{false};
+  std::vector<std::unique_ptr<ps::Shard>> shards;
+  std::vector<std::thread> threads;
+  Shards(zmq::context_t& c, config::Config* cfg) : ctx(c) {
+    cfg->mutable_ps()->set_num_shards(2);
+    for (int s = 0; s < 2; ++s) {
+      ps::ShardOptions so;
+      so.shard = s;
+      so.num_shards = 2;
+      shards.push_back(std::make_unique<ps::Shard>(ctx, so));
+      std::string error;
+      REQUIRE(shards.back()->Bind("tcp://127.0.0.1:*", &error));
+      cfg->mutable_cluster()->add_ps(shards.back()->endpoint());
+    }
+    for (auto& s : shards) threads.emplace_back([&s, this] { s->Run(stop); });
+  }
+  ~Shards() {
+    stop = true;
+    for (auto& t : threads) t.join();
+  }
+};
+
+config::Config Base(const std::string& run_dir, int hidden) {
+  config::Config cfg;
+  cfg.set_run_dir(run_dir);
+  cfg.mutable_env()->set_name("Catch");
+  cfg.mutable_net()->add_hidden_sizes(hidden);
+  cfg.mutable_actors()->set_unroll_length(5);
+  cfg.mutable_learner()->set_batch_size(2);
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("learner: restores version and parameters from a checkpoint", "[learner]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("stampede_restore_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  zmq::context_t ctx(1);
+  std::string error;
+  // A first learner writes its checkpoint at version 0.
+  {
+    config::Config cfg = Base(dir.string(), 16);
+    Shards shards(ctx, &cfg);
+    learner::Learner first(cfg, ctx, "tcp://127.0.0.1:*", 1);
+    REQUIRE(first.Start(&error));
+    first.Stop();
+    REQUIRE(first.WriteCheckpoint(&error));
+  }
+  learner::CheckpointData saved;
+  REQUIRE(learner::LoadCheckpoint((dir / "checkpoint.bin").string(), &saved, &error));
+  // Pretend it trained: version 41 and shifted parameters.
+  saved.version = 41;
+  for (auto& p : saved.params) p += 0.5f;
+  const std::string edited = (dir / "edited.bin").string();
+  REQUIRE(learner::SaveCheckpoint(edited, saved, &error));
+
+  SECTION("the same network resumes at the saved version and serves the saved parameters") {
+    config::Config cfg = Base("", 16);
+    cfg.mutable_learner()->set_restore_from(edited);
+    Shards shards(ctx, &cfg);
+    learner::Learner resumed(cfg, ctx, "tcp://127.0.0.1:*", 2);
+    REQUIRE(resumed.Start(&error));
+    CHECK(resumed.policy_version() == 41);
+    ps::ClientOptions co;
+    co.endpoints.assign(cfg.cluster().ps().begin(), cfg.cluster().ps().end());
+    co.total_size = int64_t(saved.params.size());
+    co.layout_fingerprint = saved.layout_fingerprint;
+    co.sender = wire::MakeSender(wire::ROLE_ACTOR, 0, 3);
+    ps::ParamsFetcher fetch(ctx, co);
+    std::vector<float> params(saved.params.size());
+    int64_t version = -1;
+    REQUIRE(fetch.WaitFirst(params, &version, std::chrono::seconds(10), nullptr));
+    CHECK(version == 41);
+    CHECK(params == saved.params);
+    resumed.Stop();
+  }
+  SECTION("another network is refused with both layouts named") {
+    config::Config cfg = Base("", 32);
+    cfg.mutable_learner()->set_restore_from(edited);
+    Shards shards(ctx, &cfg);
+    learner::Learner other(cfg, ctx, "tcp://127.0.0.1:*", 2);
+    CHECK_FALSE(other.Start(&error));
+    CHECK_THAT(error, Catch::Contains("checkpoint is for another network") &&
+                          Catch::Contains("torso/0/w [50,16]") && Catch::Contains("torso/0/w [50,32]"));
+  }
+  SECTION("a damaged checkpoint is refused") {
+    config::Config cfg = Base("", 16);
+    const std::string bad = (dir / "bad.bin").string();
+    std::filesystem::copy_file(edited, bad, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::resize_file(bad, std::filesystem::file_size(bad) - 5);
+    cfg.mutable_learner()->set_restore_from(bad);
+    Shards shards(ctx, &cfg);
+    learner::Learner damaged(cfg, ctx, "tcp://127.0.0.1:*", 2);
+    CHECK_FALSE(damaged.Start(&error));
+    CHECK_THAT(error, Catch::Contains(bad));
+  }
+}
