@@ -367,6 +367,11 @@ void Learner::FillStatus(wire::Status* s) {
   s->set_policy_version(version_.load());
   s->set_queue_depth(int(m.queue.size()));
   s->set_dropped_trajectories(dropped_total());
+  for (int r = 1; r < int(wire::DropReason::kCount); ++r) {
+    if (const int64_t n = m.dropped[r].load()) {
+      (*s->mutable_dropped_by_reason())[wire::DropReasonName(wire::DropReason(r))] = n;
+    }
+  }
   std::lock_guard lock(m.mu);
   s->set_episodes(m.episodes);
   s->set_returns_counted(int(m.returns.size()));

@@ -264,6 +264,8 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
   wire::Status status;
   learner.FillStatus(&status);
   CHECK(status.dropped_trajectories() == sent_bad);
+  CHECK(status.dropped_by_reason().at("non_finite") == 30);
+  CHECK(status.dropped_by_reason().at("malformed") == 30);
   CHECK(status.episodes() == 30);
   CHECK(status.mean_return_100() == Approx(12.5));
   // The newest version reaches every shard, even if a put found a full queue.

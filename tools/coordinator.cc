@@ -363,6 +363,11 @@ void Progress(SupervisorState& st, Clock::time_point now) {
                         {"actor_frames", actor_frames},
                         {"actor_send_wait_s", actor_wait},
                         {"actor_restarts", st.actor_restarts}};
+  if (!s.dropped_by_reason().empty()) {
+    nlohmann::json by_reason = nlohmann::json::object();
+    for (const auto& [reason, n] : s.dropped_by_reason()) by_reason[reason] = n;
+    row["dropped_by_reason"] = by_reason;
+  }
   st.metrics << row.dump() << "\n";
   st.metrics.flush();
   st.last_tick = now;
