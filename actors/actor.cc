@@ -8,6 +8,7 @@
 #include <random>
 
 #include "envs/env.h"
+#include "envs/rng.h"
 #include "net/mlp.h"
 #include "ps/client.h"
 #include "wire/config.h"
@@ -17,14 +18,7 @@ namespace stampede::actors {
 
 using Clock = std::chrono::steady_clock;
 
-namespace {
-uint64_t SplitMix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
+using envs::SplitMix;
 
 struct ActorCore::Impl {
   config::Config cfg;
@@ -65,12 +59,8 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   m->episodes_started.assign(m->E, 0);
   m->D = m->envs[0]->spec().obs_size();
   m->A = m->envs[0]->spec().num_actions;
-  net::MlpSpec spec;
-  spec.obs_size = m->D;
-  spec.hidden_sizes = HiddenSizes(cfg);
-  spec.num_actions = m->A;
-  spec.activation = cfg.net().activation() == "tanh" ? net::Activation::kTanh : net::Activation::kRelu;
-  m->net = std::make_unique<net::Mlp<float>>(spec);
+  m->net = std::make_unique<net::Mlp<float>>(
+      net::MakeMlpSpec(m->D, HiddenSizes(cfg), m->A, cfg.net().activation()));
   m->rng.seed(SplitMix(cfg.seed() * 7919 + uint64_t(task_index)));
   m->probs.resize(m->A);
   m->final_obs.resize(size_t(m->E) * m->D);
@@ -79,6 +69,7 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   return std::unique_ptr<ActorCore>(new ActorCore(std::move(m)));
 }
 
+const net::MlpSpec& ActorCore::net_spec() const { return impl_->net->spec(); }
 int64_t ActorCore::param_count() const { return impl_->net->layout().total_size(); }
 uint64_t ActorCore::layout_fingerprint() const { return impl_->net->layout().Fingerprint(); }
 int ActorCore::obs_size() const { return impl_->D; }

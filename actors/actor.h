@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "net/mlp.h"
 #include "wire/config.pb.h"
 #include "wire/trajectory.h"
 
@@ -24,6 +25,7 @@ class ActorCore {
                                            std::string* error);
   ~ActorCore();
 
+  const net::MlpSpec& net_spec() const;
   int64_t param_count() const;
   uint64_t layout_fingerprint() const;
   int obs_size() const;

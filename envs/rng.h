@@ -8,6 +8,14 @@
 
 namespace stampede::envs {
 
+// The SplitMix64 output function: a strong 64-bit mix, also used to derive seeds.
+inline uint64_t SplitMix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 class SplitMix64 {
  public:
   using result_type = uint64_t;
@@ -16,10 +24,9 @@ class SplitMix64 {
   static constexpr result_type min() { return 0; }
   static constexpr result_type max() { return std::numeric_limits<uint64_t>::max(); }
   result_type operator()() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    const uint64_t z = state_;
+    state_ += 0x9e3779b97f4a7c15ull;
+    return SplitMix(z);
   }
   // Uniform in [lo, hi), from the top 53 bits.
   double Uniform(double lo, double hi) {

@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+namespace stampede::wire {
+struct TrajectoryBatch;
+}
+
 namespace stampede::learner {
 
 struct Batch {
@@ -32,5 +36,9 @@ struct Batch {
     policy_versions.assign(B, 0);
   }
 };
+
+// Copies unroll `column` of a received trajectory into slot b of the batch (the
+// shapes must match; the learner has checked them on receipt).
+void CopyUnroll(const wire::TrajectoryBatch& src, int column, int b, Batch* batch);
 
 }  // namespace stampede::learner

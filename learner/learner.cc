@@ -33,14 +33,6 @@ struct UnrollRef {
   int column = 0;
 };
 
-net::MlpSpec SpecFor(const config::Config& cfg, const envs::EnvSpec& env) {
-  net::MlpSpec spec;
-  spec.obs_size = env.obs_size();
-  spec.hidden_sizes = HiddenSizes(cfg);
-  spec.num_actions = env.num_actions;
-  spec.activation = cfg.net().activation() == "tanh" ? net::Activation::kTanh : net::Activation::kRelu;
-  return spec;
-}
 }  // namespace
 
 struct Learner::Impl {
@@ -102,7 +94,8 @@ bool Learner::Start(std::string* error) {
   if (!env) return false;
   m.obs_size = env->spec().obs_size();
   m.num_actions = env->spec().num_actions;
-  const net::MlpSpec spec = SpecFor(m.cfg, env->spec());
+  const net::MlpSpec spec = net::MakeMlpSpec(m.obs_size, HiddenSizes(m.cfg), m.num_actions,
+                                             m.cfg.net().activation());
   m.net = std::make_unique<net::Mlp<float>>(spec);
   m.layout = m.net->layout();
   m.params.assign(m.layout.total_size(), 0.f);
@@ -257,25 +250,7 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
 }
 
 void Learner::Impl::Assemble(const std::vector<UnrollRef>& items, Batch* batch) const {
-  const int T = batch->T, B = batch->B, D = batch->obs_size, A = batch->num_actions;
-  for (int b = 0; b < B; ++b) {
-    const wire::TrajectoryBatch& src = *items[b].batch;
-    const int n = src.n(), c = items[b].column;
-    for (int t = 0; t <= T; ++t) {
-      std::copy_n(&src.observations[(size_t(t) * n + c) * D], D,
-                  &batch->observations[(size_t(t) * B + b) * D]);
-    }
-    for (int t = 0; t < T; ++t) {
-      const size_t s = size_t(t) * n + c, d = size_t(t) * B + b;
-      batch->actions[d] = src.actions[s];
-      batch->rewards[d] = src.rewards[s];
-      batch->terminated[d] = src.terminated[s];
-      batch->truncated[d] = src.truncated[s];
-      batch->truncation_values[d] = src.truncation_values[s];
-      std::copy_n(&src.behaviour_logits[s * A], A, &batch->behaviour_logits[d * A]);
-    }
-    batch->policy_versions[b] = src.meta.policy_version();
-  }
+  for (int b = 0; b < batch->B; ++b) CopyUnroll(*items[b].batch, items[b].column, b, batch);
 }
 
 void Learner::Impl::TrainLoop() {

@@ -6,6 +6,16 @@
 
 namespace stampede::net {
 
+MlpSpec MakeMlpSpec(int obs_size, std::vector<int> hidden_sizes, int num_actions,
+                    std::string_view activation) {
+  MlpSpec spec;
+  spec.obs_size = obs_size;
+  spec.hidden_sizes = std::move(hidden_sizes);
+  spec.num_actions = num_actions;
+  spec.activation = activation == "tanh" ? Activation::kTanh : Activation::kRelu;
+  return spec;
+}
+
 ParamLayout MlpLayout(const MlpSpec& spec) {
   ParamLayout layout;
   int in = spec.obs_size;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "net/layout.h"
@@ -22,6 +23,10 @@ struct MlpSpec {
   int num_actions = 0;
   Activation activation = Activation::kRelu;
 };
+
+// A spec from config values; `activation` is "relu" or "tanh" (checked by the config).
+MlpSpec MakeMlpSpec(int obs_size, std::vector<int> hidden_sizes, int num_actions,
+                    std::string_view activation);
 
 // Tensors: torso/<i>/w [in, out], torso/<i>/b [out], policy/w [H, A], policy/b [A],
 // baseline/w [H, 1], baseline/b [1].

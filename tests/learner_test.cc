@@ -9,32 +9,17 @@
 #include "learner/learner.h"
 #include "ps/client.h"
 #include "ps/shard.h"
+#include "tests/in_process_shards.h"
 #include "wire/zmq_util.h"
 
 using namespace stampede;
 
 namespace {
-struct Shards {
-  zmq::context_t& ctx;
-  std::atomic<bool> stop{false};
-  std::vector<std::unique_ptr<ps::Shard>> shards;
-  std::vector<std::thread> threads;
-  Shards(zmq::context_t& c, config::Config* cfg) : ctx(c) {
+// In-process shards whose endpoints are written into the config.
+struct Shards : testing::InProcessShards {
+  Shards(zmq::context_t& ctx, config::Config* cfg) : InProcessShards(ctx, 2) {
     cfg->mutable_ps()->set_num_shards(2);
-    for (int s = 0; s < 2; ++s) {
-      ps::ShardOptions so;
-      so.shard = s;
-      so.num_shards = 2;
-      shards.push_back(std::make_unique<ps::Shard>(ctx, so));
-      std::string error;
-      REQUIRE(shards.back()->Bind("tcp://127.0.0.1:*", &error));
-      cfg->mutable_cluster()->add_ps(shards.back()->endpoint());
-    }
-    for (auto& s : shards) threads.emplace_back([&s, this] { s->Run(stop); });
-  }
-  ~Shards() {
-    stop = true;
-    for (auto& t : threads) t.join();
+    for (const auto& ep : endpoints) cfg->mutable_cluster()->add_ps(ep);
   }
 };
 

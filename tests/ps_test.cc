@@ -7,6 +7,7 @@
 #include "net/layout.h"
 #include "ps/client.h"
 #include "ps/shard.h"
+#include "tests/in_process_shards.h"
 #include "wire/zmq_util.h"
 
 using namespace stampede;
@@ -31,30 +32,12 @@ TEST_CASE("ps: shard slices tile the vector with sizes differing by at most one"
 namespace {
 struct Fleet {
   zmq::context_t ctx{1};
-  std::atomic<bool> stop{false};
-  std::vector<std::unique_ptr<ps::Shard>> shards;
-  std::vector<std::thread> threads;
-  std::vector<std::string> endpoints;
-  explicit Fleet(int n, int versions_kept = 8) {
-    for (int s = 0; s < n; ++s) {
-      ps::ShardOptions so;
-      so.shard = s;
-      so.num_shards = n;
-      so.versions_kept = versions_kept;
-      shards.push_back(std::make_unique<ps::Shard>(ctx, so));
-      std::string error;
-      REQUIRE(shards.back()->Bind("tcp://127.0.0.1:*", &error));
-      endpoints.push_back(shards.back()->endpoint());
-    }
-    for (auto& s : shards) threads.emplace_back([&s, this] { s->Run(stop); });
-  }
-  ~Fleet() {
-    stop = true;
-    for (auto& t : threads) t.join();
-  }
+  testing::InProcessShards servers;
+  std::vector<std::unique_ptr<ps::Shard>>& shards = servers.shards;
+  explicit Fleet(int n) : servers(ctx, n) {}
   ps::ClientOptions Options(int64_t total, wire::Role role) {
     ps::ClientOptions o;
-    o.endpoints = endpoints;
+    o.endpoints = servers.endpoints;
     o.total_size = total;
     o.layout_fingerprint = 42;
     o.sender = wire::MakeSender(role, 0, 1);

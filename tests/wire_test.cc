@@ -10,6 +10,7 @@
 
 #include "learner/learner.h"
 #include "ps/shard.h"
+#include "tests/in_process_shards.h"
 #include "wire/trajectory.h"
 #include "wire/zmq_util.h"
 
@@ -209,19 +210,9 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
   cfg.mutable_learner()->set_queue_capacity(16);
   cfg.mutable_stop()->set_total_env_frames(1000000000);
   cfg.mutable_ps()->set_num_shards(2);
-  std::atomic<bool> stop_ps{false};
-  std::vector<std::unique_ptr<ps::Shard>> shards;
-  std::vector<std::thread> threads;
-  for (int s = 0; s < 2; ++s) {
-    ps::ShardOptions so;
-    so.shard = s;
-    so.num_shards = 2;
-    shards.push_back(std::make_unique<ps::Shard>(ctx, so));
-    std::string error;
-    REQUIRE(shards.back()->Bind("tcp://127.0.0.1:*", &error));
-    cfg.mutable_cluster()->add_ps(shards.back()->endpoint());
-  }
-  for (auto& s : shards) threads.emplace_back([&s, &stop_ps] { s->Run(stop_ps); });
+  testing::InProcessShards servers(ctx, 2);
+  auto& shards = servers.shards;
+  for (const auto& ep : servers.endpoints) cfg.mutable_cluster()->add_ps(ep);
 
   learner::Learner learner(cfg, ctx, "tcp://127.0.0.1:*", 1);
   std::string error;
@@ -275,8 +266,7 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   learner.Stop();
-  stop_ps = true;
-  for (auto& t : threads) t.join();
+  servers.Stop();
   // The shards hold the learner's newest published version.
   CHECK(shards[0]->stats().newest_version.load() == 15);
   CHECK(shards[1]->stats().newest_version.load() == 15);

@@ -66,12 +66,8 @@ int RunBench(const BenchOptions& opt) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 2;
     }
-    net::MlpSpec spec;
-    spec.obs_size = core->obs_size();
-    spec.hidden_sizes = HiddenSizes(cfg);
-    spec.num_actions = core->num_actions();
     std::vector<float> params(core->param_count());
-    net::InitMlp(spec, 1, params);
+    net::InitMlp(core->net_spec(), 1, params);
     wire::TrajectoryBatch batch;
     const auto start = Clock::now();
     double elapsed = 0;
@@ -85,10 +81,7 @@ int RunBench(const BenchOptions& opt) {
   // B unrolls of T steps, one core, no sockets.
   {
     auto core = actors::ActorCore::Create(cfg, 0, &error);
-    net::MlpSpec spec;
-    spec.obs_size = core->obs_size();
-    spec.hidden_sizes = HiddenSizes(cfg);
-    spec.num_actions = core->num_actions();
+    const net::MlpSpec& spec = core->net_spec();
     net::Mlp<float> mlp(spec);
     std::vector<float> params(mlp.layout().total_size()), grad(params.size());
     net::InitMlp(spec, 1, params);
@@ -99,18 +92,7 @@ int RunBench(const BenchOptions& opt) {
     wire::TrajectoryBatch unrolls;
     for (int b = 0; b < B; ++b) {
       if (b % cfg.actors().envs_per_actor() == 0) core->CollectUnroll(params, 0, &unrolls);
-      const int n = unrolls.n(), c = b % n, D = spec.obs_size, A = spec.num_actions;
-      for (int t = 0; t <= T; ++t) {
-        std::copy_n(&unrolls.observations[(size_t(t) * n + c) * D], D, &batch.observations[(size_t(t) * B + b) * D]);
-      }
-      for (int t = 0; t < T; ++t) {
-        const size_t src = size_t(t) * n + c, dst = size_t(t) * B + b;
-        batch.actions[dst] = unrolls.actions[src];
-        batch.rewards[dst] = unrolls.rewards[src];
-        batch.terminated[dst] = unrolls.terminated[src];
-        batch.truncated[dst] = unrolls.truncated[src];
-        std::copy_n(&unrolls.behaviour_logits[src * A], A, &batch.behaviour_logits[dst * A]);
-      }
+      learner::CopyUnroll(unrolls, b % unrolls.n(), b, &batch);
     }
     learner::LossOptions lo;
     learner::RmsProp rms(int64_t(params.size()), {});

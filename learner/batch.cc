@@ -1,0 +1,28 @@
+#include "learner/batch.h"
+
+#include <algorithm>
+
+#include "wire/trajectory.h"
+
+namespace stampede::learner {
+
+void CopyUnroll(const wire::TrajectoryBatch& src, int c, int b, Batch* batch) {
+  const int T = batch->T, B = batch->B, D = batch->obs_size, A = batch->num_actions;
+  const int n = src.n();
+  for (int t = 0; t <= T; ++t) {
+    std::copy_n(&src.observations[(size_t(t) * n + c) * D], D,
+                &batch->observations[(size_t(t) * B + b) * D]);
+  }
+  for (int t = 0; t < T; ++t) {
+    const size_t s = size_t(t) * n + c, d = size_t(t) * B + b;
+    batch->actions[d] = src.actions[s];
+    batch->rewards[d] = src.rewards[s];
+    batch->terminated[d] = src.terminated[s];
+    batch->truncated[d] = src.truncated[s];
+    batch->truncation_values[d] = src.truncation_values[s];
+    std::copy_n(&src.behaviour_logits[s * A], A, &batch->behaviour_logits[d * A]);
+  }
+  batch->policy_versions[b] = src.meta.policy_version();
+}
+
+}  // namespace stampede::learner
