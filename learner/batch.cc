@@ -7,7 +7,7 @@
 namespace stampede::learner {
 
 void CopyUnroll(const wire::TrajectoryBatch& src, int c, int b, Batch* batch) {
-  const int T = batch->T, B = batch->B, D = batch->obs_size, A = batch->num_actions;
+  const int T = batch->T(), B = batch->n(), D = batch->obs_size, A = batch->num_actions;
   const int n = src.n();
   for (int t = 0; t <= T; ++t) {
     std::copy_n(&src.observations[(size_t(t) * n + c) * D], D,

@@ -6,33 +6,21 @@
 #include <cstdint>
 #include <vector>
 
+#include "wire/unrolls.h"
+
 namespace stampede::wire {
 struct TrajectoryBatch;
-}
+}  // namespace stampede::wire
 
 namespace stampede::learner {
 
-struct Batch {
-  int T = 0, B = 0, obs_size = 0, num_actions = 0;
-  std::vector<float> observations;
-  std::vector<int32_t> actions;
-  std::vector<float> rewards;
-  std::vector<uint8_t> terminated;
-  std::vector<uint8_t> truncated;
-  std::vector<float> behaviour_logits;
-  std::vector<float> truncation_values;
+// The time-major training batch: B unrolls (num_unrolls = B) in the wire's layout,
+// plus the behaviour policy's version of each.
+struct Batch : wire::Unrolls {
   std::vector<int64_t> policy_versions;  // [B]
 
-  void Resize(int T_, int B_, int obs_size_, int num_actions_) {
-    T = T_, B = B_, obs_size = obs_size_, num_actions = num_actions_;
-    const size_t tb = size_t(T) * B;
-    observations.assign((tb + B) * obs_size, 0.f);
-    actions.assign(tb, 0);
-    rewards.assign(tb, 0.f);
-    terminated.assign(tb, 0);
-    truncated.assign(tb, 0);
-    behaviour_logits.assign(tb * num_actions, 0.f);
-    truncation_values.assign(tb, 0.f);
+  void Resize(int T, int B, int obs_size, int num_actions) {
+    Unrolls::Resize(T, B, obs_size, num_actions);
     policy_versions.assign(B, 0);
   }
 };

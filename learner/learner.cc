@@ -250,7 +250,7 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
 }
 
 void Learner::Impl::Assemble(const std::vector<UnrollRef>& items, Batch* batch) const {
-  for (int b = 0; b < batch->B; ++b) CopyUnroll(*items[b].batch, items[b].column, b, batch);
+  for (int b = 0; b < batch->n(); ++b) CopyUnroll(*items[b].batch, items[b].column, b, batch);
 }
 
 void Learner::Impl::TrainLoop() {

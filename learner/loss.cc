@@ -31,7 +31,7 @@ struct Forwarded {
 
 template <class S>
 Forwarded<S> RunNet(net::Mlp<S>& net, const S* params, const Batch& batch) {
-  const int rows = (batch.T + 1) * batch.B;
+  const int rows = (batch.T() + 1) * batch.n();
   Forwarded<S> f;
   f.logits.resize(size_t(rows) * batch.num_actions);
   f.values.resize(rows);
@@ -46,7 +46,7 @@ Forwarded<S> RunNet(net::Mlp<S>& net, const S* params, const Batch& batch) {
 
 template <class S>
 Targets<S> TargetsFrom(const Forwarded<S>& f, const Batch& batch, const LossOptions& opt) {
-  const int T = batch.T, B = batch.B, A = batch.num_actions, TB = T * B;
+  const int T = batch.T(), B = batch.n(), A = batch.num_actions, TB = T * B;
   Targets<S> tg;
   tg.vs.resize(TB);
   tg.pg_advantages.resize(TB);
@@ -84,7 +84,7 @@ namespace {
 template <class S>
 LossStats GradFrom(net::Mlp<S>& net, const S* params, const Forwarded<S>& f, const Batch& batch,
                    const Targets<S>& tg, const LossOptions& opt, S* grad) {
-  const int T = batch.T, B = batch.B, A = batch.num_actions, TB = T * B;
+  const int T = batch.T(), B = batch.n(), A = batch.num_actions, TB = T * B;
   std::vector<S> dlogits(size_t(TB + B) * A, S(0)), dvalues(TB + B, S(0));
   std::vector<S> lp(A);
   LossStats st;

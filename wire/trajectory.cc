@@ -8,18 +8,11 @@
 namespace stampede::wire {
 
 void TrajectoryBatch::Resize(int unroll_length, int num_unrolls, int obs_size, int num_actions) {
+  Unrolls::Resize(unroll_length, num_unrolls, obs_size, num_actions);
   meta.set_unroll_length(unroll_length);
   meta.set_num_unrolls(num_unrolls);
   meta.set_obs_size(obs_size);
   meta.set_num_actions(num_actions);
-  const size_t tn = size_t(unroll_length) * num_unrolls;
-  observations.assign((tn + num_unrolls) * obs_size, 0.f);
-  actions.assign(tn, 0);
-  rewards.assign(tn, 0.f);
-  terminated.assign(tn, 0);
-  truncated.assign(tn, 0);
-  behaviour_logits.assign(tn * num_actions, 0.f);
-  truncation_values.assign(tn, 0.f);
 }
 
 int64_t TrajectoryBytes(int T, int n, int D, int A) {
@@ -99,6 +92,10 @@ DropReason DecodeTrajectory(const std::vector<zmq::message_t>& parts,
   }
   const size_t T = size_t(m.unroll_length()), n = size_t(m.num_unrolls());
   const size_t D = size_t(m.obs_size()), A = size_t(m.num_actions());
+  out->unroll_length = m.unroll_length();
+  out->num_unrolls = m.num_unrolls();
+  out->obs_size = m.obs_size();
+  out->num_actions = m.num_actions();
   const size_t tn = T * n;
   if (!CopyFrame(parts[1], (T + 1) * n * D, &out->observations) ||
       !CopyFrame(parts[2], tn, &out->actions) || !CopyFrame(parts[3], tn, &out->rewards) ||

@@ -9,27 +9,17 @@
 #include <zmq.hpp>
 
 #include "wire/messages.pb.h"
+#include "wire/unrolls.h"
 
 namespace stampede::wire {
 
-// n unrolls of T steps; arrays are time-major ([T+1, n, obs_size] for observations,
-// [T, n] or [T, n, num_actions] for the rest). The actor fills one in place and sends
-// it; the learner decodes received frames into one.
-struct TrajectoryBatch {
+// An actor's trajectory message: the unroll arrays plus the header (sender, policy
+// version, episodes). The actor fills one in place and sends it; the learner decodes
+// received frames into one.
+struct TrajectoryBatch : Unrolls {
   Trajectory meta;
-  std::vector<float> observations;
-  std::vector<int32_t> actions;
-  std::vector<float> rewards;
-  std::vector<uint8_t> terminated;
-  std::vector<uint8_t> truncated;
-  std::vector<float> behaviour_logits;
-  std::vector<float> truncation_values;
-
-  // Sizes every array for T, n, obs_size, num_actions and zeroes it.
+  // Sizes the arrays and sets the header's shape fields to match.
   void Resize(int unroll_length, int num_unrolls, int obs_size, int num_actions);
-  int T() const { return meta.unroll_length(); }
-  int n() const { return meta.num_unrolls(); }
-  int64_t frames() const { return int64_t(meta.unroll_length()) * meta.num_unrolls(); }
 };
 
 inline constexpr int kTrajectoryFrames = 8;  // header + 7 arrays
