@@ -11,8 +11,11 @@
 namespace stampede::ps {
 
 using Clock = std::chrono::steady_clock;
-// A request with no answer for this long is sent again (the shard may have restarted).
-constexpr auto kRequestTimeout = std::chrono::seconds(2);
+// A request with no answer for this long is sent again (the shard holds a request
+// until it has a newer version, so silence is normal; this bounds how long a lost
+// request or reply can leave an actor on old parameters). A repeated request
+// replaces the held one at the shard, so it costs one small message.
+constexpr auto kRequestTimeout = std::chrono::milliseconds(250);
 
 struct ParamsFetcher::ShardState {
   zmq::socket_t socket;

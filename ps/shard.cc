@@ -97,19 +97,54 @@ void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data) 
   while (int(versions_.size()) > opt_.versions_kept) versions_.pop_front();
   ++stats_.puts;
   stats_.newest_version = put.version();
+  AnswerWaiting();
+}
+
+std::shared_ptr<const Shard::Snapshot> Shard::Pick(const wire::GetParams& get) const {
+  if (get.exact_version() > 0) {
+    for (const auto& snap : versions_) {
+      if (snap->version == get.exact_version()) return snap;
+    }
+  }
+  if (!versions_.empty() && versions_.back()->version >= get.min_version()) return versions_.back();
+  return nullptr;
 }
 
 void Shard::HandleGet(const zmq::message_t& identity, const wire::GetParams& get) {
   ++stats_.gets;
-  std::shared_ptr<const Snapshot> pick;
-  if (get.exact_version() > 0) {
-    for (const auto& s : versions_) {
-      if (s->version == get.exact_version()) pick = s;
+  const std::string id(static_cast<const char*>(identity.data()), identity.size());
+  if (auto pick = Pick(get)) {
+    Reply(id, pick);
+    return;
+  }
+  // Nothing that new yet: hold the request and answer it when a put brings one, so an
+  // actor learns of a new version at once without asking again and again.
+  for (auto& w : waiting_) {
+    if (w.identity == id) {
+      w.get = get;
+      return;
     }
   }
-  if (!pick && !versions_.empty() && versions_.back()->version >= get.min_version()) {
-    pick = versions_.back();
+  if (waiting_.size() < kMaxWaiting) {
+    waiting_.push_back({id, get});
+  } else {
+    Reply(id, nullptr);  // too many waiting: the client asks again
   }
+}
+
+void Shard::AnswerWaiting() {
+  size_t kept = 0;
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    if (auto pick = Pick(waiting_[i].get)) {
+      Reply(waiting_[i].identity, pick);
+    } else {
+      waiting_[kept++] = std::move(waiting_[i]);
+    }
+  }
+  waiting_.resize(kept);
+}
+
+void Shard::Reply(const std::string& identity, const std::shared_ptr<const Snapshot>& pick) {
   wire::ParamsSlice reply;
   *reply.mutable_sender() = wire::MakeSender(wire::ROLE_PS, opt_.shard, opt_.incarnation);
   reply.set_shard(opt_.shard);

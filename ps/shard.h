@@ -1,7 +1,9 @@
 // One parameter-server shard: owns a contiguous slice of the flat parameter vector and
 // the last few versions of it, as immutable snapshots. One thread (Run) owns its one
 // ROUTER socket: learners put slices (PsRequest.put), actors get them (PsRequest.get).
-// A reply is sent without copying the snapshot (the message holds a reference).
+// A get for a version the shard does not have yet is held (long poll) and answered
+// by the put that brings it. A reply is sent without copying the snapshot (the
+// message holds a reference).
 #pragma once
 
 #include <atomic>
@@ -45,9 +47,20 @@ class Shard {
   struct Snapshot;
   void HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data);
   void HandleGet(const zmq::message_t& identity, const wire::GetParams& get);
+  std::shared_ptr<const Snapshot> Pick(const wire::GetParams& get) const;
+  void AnswerWaiting();
+  // Sends `pick` (or has_params = false when null) to the peer `identity`.
+  void Reply(const std::string& identity, const std::shared_ptr<const Snapshot>& pick);
+
+  struct Waiting {
+    std::string identity;
+    wire::GetParams get;
+  };
+  static constexpr size_t kMaxWaiting = 4096;  // held gets; beyond it, answered "not yet"
   ShardOptions opt_;
   zmq::socket_t socket_;
   std::deque<std::shared_ptr<const Snapshot>> versions_;  // oldest first
+  std::vector<Waiting> waiting_;                          // held gets, one per peer
   int64_t total_size_ = -1;
   uint64_t layout_fingerprint_ = 0;
   ShardStats stats_;
