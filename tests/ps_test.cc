@@ -136,3 +136,31 @@ TEST_CASE("ps: a shard refuses puts for another layout or slice and stale versio
   CHECK(fetch.rejected_replies() > 0);
   CHECK(version == -1);
 }
+
+TEST_CASE("ps: a get for a version not yet there is held and answered by the put", "[ps]") {
+  Fleet fleet(1);
+  ps::ParamsPublisher pub(fleet.ctx, fleet.Options(10, wire::ROLE_LEARNER));
+  REQUIRE(pub.PutAll(Pattern(10, 3), 3, nullptr));
+  zmq::socket_t dealer(fleet.ctx, zmq::socket_type::dealer);
+  wire::ConfigureReceiver(dealer, 1 << 20);
+  dealer.connect(fleet.servers.endpoints[0]);
+  wire::PsRequest req;
+  *req.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 0, 7);
+  req.mutable_get()->set_min_version(5);
+  REQUIRE(wire::SendMessage(dealer, req));
+  zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLIN, 0}};
+  CHECK(wire::Poll(items, 1, std::chrono::milliseconds(200)) == 0);  // held: nothing that new
+  REQUIRE(pub.PutAll(Pattern(10, 4), 4, nullptr));
+  CHECK(wire::Poll(items, 1, std::chrono::milliseconds(200)) == 0);  // 4 < 5: still held
+  REQUIRE(pub.PutAll(Pattern(10, 5), 5, nullptr));
+  REQUIRE(wire::Poll(items, 1, std::chrono::milliseconds(5000)) == 1);
+  std::vector<zmq::message_t> parts;
+  REQUIRE(wire::RecvMultipart(dealer, &parts, true));
+  wire::ParamsSlice reply;
+  REQUIRE(wire::ParseFrame(parts[0], &reply));
+  CHECK(reply.has_params());
+  CHECK(reply.version() == 5);
+  REQUIRE(parts.size() == 2);
+  CHECK(std::memcmp(parts[1].data(), Pattern(10, 5).data(), 40) == 0);
+  CHECK(fleet.shards[0]->stats().gets.load() == 1);
+}
