@@ -138,7 +138,8 @@ void Shard::AnswerWaiting() {
     if (auto pick = Pick(waiting_[i].get)) {
       Reply(waiting_[i].identity, pick);
     } else {
-      waiting_[kept++] = std::move(waiting_[i]);
+      if (i != kept) waiting_[kept] = std::move(waiting_[i]);  // no self-move: it empties strings
+      ++kept;
     }
   }
   waiting_.resize(kept);

@@ -153,7 +153,9 @@ TEST_CASE("ps: a get for a version not yet there is held and answered by the put
   REQUIRE(pub.PutAll(Pattern(10, 4), 4, nullptr));
   CHECK(wire::Poll(items, 1, std::chrono::milliseconds(200)) == 0);  // 4 < 5: still held
   REQUIRE(pub.PutAll(Pattern(10, 5), 5, nullptr));
-  REQUIRE(wire::Poll(items, 1, std::chrono::milliseconds(5000)) == 1);
+  const int ready = wire::Poll(items, 1, std::chrono::milliseconds(5000));
+  INFO("puts " << fleet.shards[0]->stats().puts.load() << " newest " << fleet.shards[0]->stats().newest_version.load() << " gets " << fleet.shards[0]->stats().gets.load() << " bad " << fleet.shards[0]->stats().bad_requests.load());
+  REQUIRE(ready == 1);
   std::vector<zmq::message_t> parts;
   REQUIRE(wire::RecvMultipart(dealer, &parts, true));
   wire::ParamsSlice reply;
