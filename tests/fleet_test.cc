@@ -222,8 +222,8 @@ TEST_CASE("fleet: Ctrl-C stops every process and writes the final checkpoint", "
 
 TEST_CASE("fleet: a bad config stops the program before anything starts", "[fleet]") {
   const std::string run_dir = FreshRunDir("badcfg");
-  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
-                  "learner.batch_size=0"},
+  // --set before the config file: one value per --set, the file stays positional.
+  Proc p = Start({"run", "--set", "learner.batch_size=0", "configs/catch.textproto", "--run-dir", run_dir},
                  run_dir + ".out");
   CHECK(Wait(p, std::chrono::seconds(20)) == 2);
   CHECK_THAT(Slurp(p.output_path), Catch::Contains("--set learner.batch_size: learner.batch_size: 0 is out of range"));

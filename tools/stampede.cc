@@ -75,7 +75,9 @@ int main(int argc, char** argv) {
                     "Frame budget of the end-to-end fleet run (0 skips it)")
       ->default_val(1000000);
   for (auto* sub : {run, roles[0], roles[1], roles[2], bench}) {
-    sub->add_option("--set", sets, "Override a config field: path=value (repeatable)");
+    // One value per --set, so `--set a=1 CONFIG` leaves CONFIG to the positional.
+    sub->add_option("--set", sets, "Override a config field: path=value (repeatable)")
+        ->allow_extra_args(false);
   }
   CLI11_PARSE(app, argc, argv);
 
