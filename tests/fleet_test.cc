@@ -255,3 +255,40 @@ TEST_CASE("fleet: a crashed learner or PS shard stops the run with a clear messa
     }
   }
 }
+
+TEST_CASE("fleet: a silent actor is reported with its last activity and restarted", "[fleet]") {
+  const std::string run_dir = FreshRunDir("silent");
+  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
+                  "stop.total_env_frames=1000000000", "--set", "coordinator.heartbeat_timeout_s=1.5"},
+                 run_dir + ".out");
+  int victim = -1;
+  REQUIRE(WaitFor([&] {
+    const auto rows = Metrics(run_dir);
+    bool training = false;
+    for (const auto& r : rows) training = training || r.value("learner_step", 0) > 10;
+    for (const auto& [pid, who] : Spawned(rows)) {
+      if (who == "actor 1") victim = pid;
+    }
+    return training && victim > 0;
+  }, std::chrono::seconds(60)));
+  REQUIRE(::kill(victim, SIGSTOP) == 0);  // alive but silent: a hung actor
+  bool silent = false, restarted = false;
+  REQUIRE(WaitFor([&] {
+    for (const auto& r : Metrics(run_dir)) {
+      if (r.value("event", "") == "silent") {
+        silent = true;
+        CHECK(r["process"].get<std::string>() == "actor 1");
+        CHECK(r["last_activity"].get<std::string>().size() > 0);
+      }
+      if (r.value("event", "") == "actor_restart" && r["old_pid"].get<int>() == victim) restarted = true;
+    }
+    return silent && restarted;
+  }, std::chrono::seconds(30)));
+  ::kill(-p.pid, SIGINT);
+  const int code = Wait(p, std::chrono::seconds(60));
+  const std::string out = Slurp(p.output_path);
+  INFO(out);
+  CHECK(code == 130);
+  CHECK_THAT(out, Catch::Contains("actor 1 (pid " + std::to_string(victim) + ") silent for"));
+  CheckNoneLeft(Spawned(Metrics(run_dir)));
+}
