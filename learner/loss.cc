@@ -12,9 +12,9 @@ template <class S>
 void LogSoftmax(const S* logits, int A, S* out) {
   S m = logits[0];
   for (int j = 1; j < A; ++j) m = std::max(m, logits[j]);
-  double sum = 0;
-  for (int j = 0; j < A; ++j) sum += std::exp(double(logits[j] - m));
-  const S lse = m + S(std::log(sum));
+  S sum = 0;
+  for (int j = 0; j < A; ++j) sum += std::exp(logits[j] - m);
+  const S lse = m + std::log(sum);
   for (int j = 0; j < A; ++j) out[j] = logits[j] - lse;
 }
 
@@ -25,8 +25,9 @@ std::vector<S> ToScalar(const std::vector<float>& v) {
 
 template <class S>
 struct Forwarded {
-  std::vector<S> logits;  // [(T+1) * B, A]
-  std::vector<S> values;  // [(T+1) * B]
+  std::vector<S> logits;     // [(T+1) * B, A]
+  std::vector<S> values;     // [(T+1) * B]
+  std::vector<S> log_probs;  // [T * B, A]: log-softmax of the first T * B rows
 };
 
 template <class S>
@@ -41,6 +42,9 @@ Forwarded<S> RunNet(net::Mlp<S>& net, const S* params, const Batch& batch) {
     const std::vector<S> obs = ToScalar<S>(batch.observations);
     net.Forward(params, obs.data(), rows, f.logits.data(), f.values.data());
   }
+  const int A = batch.num_actions, TB = batch.T() * batch.n();
+  f.log_probs.resize(size_t(TB) * A);
+  for (int i = 0; i < TB; ++i) LogSoftmax(&f.logits[size_t(i) * A], A, &f.log_probs[size_t(i) * A]);
   return f;
 }
 
@@ -52,7 +56,7 @@ Targets<S> TargetsFrom(const Forwarded<S>& f, const Batch& batch, const LossOpti
   tg.pg_advantages.resize(TB);
   tg.discounts.resize(TB);
   tg.rewards.resize(TB);
-  std::vector<S> log_rhos(TB), lp_target(A), lp_behaviour(A), behaviour(A);
+  std::vector<S> log_rhos(TB), lp_behaviour(A), behaviour(A);
   for (int i = 0; i < TB; ++i) {
     const bool ended = batch.terminated[i] || batch.truncated[i];
     tg.discounts[i] = ended ? S(0) : S(opt.discount);
@@ -60,11 +64,10 @@ Targets<S> TargetsFrom(const Forwarded<S>& f, const Batch& batch, const LossOpti
     if (batch.truncated[i] && !batch.terminated[i] && opt.bootstrap_on_truncation) {
       tg.rewards[i] += S(opt.discount) * S(batch.truncation_values[i]);
     }
-    LogSoftmax(&f.logits[size_t(i) * A], A, lp_target.data());
     for (int j = 0; j < A; ++j) behaviour[j] = S(batch.behaviour_logits[size_t(i) * A + j]);
     LogSoftmax(behaviour.data(), A, lp_behaviour.data());
     const int a = batch.actions[i];
-    log_rhos[i] = lp_target[a] - lp_behaviour[a];
+    log_rhos[i] = f.log_probs[size_t(i) * A + a] - lp_behaviour[a];
   }
   VTraceFromLogRhos(T, B, log_rhos.data(), tg.discounts.data(), tg.rewards.data(),
                     f.values.data(), f.values.data() + TB, opt.vtrace, tg.vs.data(),
@@ -86,23 +89,23 @@ LossStats GradFrom(net::Mlp<S>& net, const S* params, const Forwarded<S>& f, con
                    const Targets<S>& tg, const LossOptions& opt, S* grad) {
   const int T = batch.T(), B = batch.n(), A = batch.num_actions, TB = T * B;
   std::vector<S> dlogits(size_t(TB + B) * A, S(0)), dvalues(TB + B, S(0));
-  std::vector<S> lp(A);
+  std::vector<double> probs(A);
   LossStats st;
   double entropy_sum = 0;
   for (int i = 0; i < TB; ++i) {
-    const S* z = &f.logits[size_t(i) * A];
-    LogSoftmax(z, A, lp.data());
+    const S* lp = &f.log_probs[size_t(i) * A];
     const int a = batch.actions[i];
     const double adv = double(tg.pg_advantages[i]);
     st.pg_loss += -adv * double(lp[a]);
     const double err = double(f.values[i]) - double(tg.vs[i]);
     st.baseline_loss += 0.5 * err * err;
+    for (int j = 0; j < A; ++j) probs[j] = std::exp(double(lp[j]));
     double neg_entropy = 0;  // sum_j p_j log p_j
-    for (int j = 0; j < A; ++j) neg_entropy += std::exp(double(lp[j])) * double(lp[j]);
+    for (int j = 0; j < A; ++j) neg_entropy += probs[j] * double(lp[j]);
     entropy_sum += -neg_entropy;
     S* dz = &dlogits[size_t(i) * A];
     for (int j = 0; j < A; ++j) {
-      const double p = std::exp(double(lp[j]));
+      const double p = probs[j];
       // d(-adv log p_a)/dz_j = -adv (1[j=a] - p_j)
       double d = -adv * ((j == a ? 1.0 : 0.0) - p);
       // d(sum_k p_k log p_k)/dz_j = p_j (log p_j - sum_k p_k log p_k)
