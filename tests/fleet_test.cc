@@ -150,6 +150,11 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
   CHECK(progress_rows >= 1);
   CHECK(fs::exists(run_dir + "/checkpoint.bin"));
   CheckNoneLeft(spawned);
+
+  // The same run directory is not reused: its metrics would mix two runs.
+  Proc again = Start({"run", "configs/catch.textproto", "--run-dir", run_dir}, run_dir + ".again.out");
+  CHECK(Wait(again, std::chrono::seconds(20)) == 2);
+  CHECK_THAT(Slurp(again.output_path), Catch::Contains("already holds a run"));
 }
 
 TEST_CASE("fleet: a killed actor is restarted while the run goes on", "[fleet]") {

@@ -502,6 +502,15 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
 RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   RunResult result;
   ResolveRunConfig(&cfg, opt);
+  if (fs::exists(cfg.run_dir() + "/metrics.jsonl")) {
+    std::fprintf(stderr,
+                 "stampede: %s already holds a run (metrics.jsonl); choose another --run-dir or "
+                 "remove it (to continue training from it: --set learner.restore_from=%s/checkpoint.bin "
+                 "with a new --run-dir)\n",
+                 cfg.run_dir().c_str(), cfg.run_dir().c_str());
+    result.exit_code = 2;
+    return result;
+  }
   fs::create_directories(cfg.run_dir() + "/logs");
   result.run_dir = cfg.run_dir();
   const std::string config_path = cfg.run_dir() + "/config.textproto";
