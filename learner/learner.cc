@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -65,7 +64,6 @@ struct Learner::Impl {
   double last_grad_norm = 0, last_lr = 0, train_seconds = 0;
   std::map<int, uint64_t> actor_incarnation;             // actor task -> incarnation
   std::set<std::pair<int, int>> logged;                  // (actor, reason) logged once
-  std::vector<std::string> checkpoint_errors;
 
   Impl(Learner* s, const config::Config& c, zmq::context_t& z, std::string ep, uint64_t inc)
       : self(s), cfg(c), ctx(z), bind_endpoint(std::move(ep)), incarnation(inc),
