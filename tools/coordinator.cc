@@ -96,7 +96,6 @@ struct Child {
   pid_t pid = -1;
   Clock::time_point last_heard;
   std::string activity = "starting";
-  bool alive = true;
   std::string log_path;
 };
 
@@ -131,7 +130,7 @@ using Supervisor = caf::stateful_actor<SupervisorState>;
 void WriteProcesses(SupervisorState& st) {
   std::ostringstream os;
   for (const auto& [pid, c] : st.children) {
-    if (c.alive) os << wire::RoleName(c.role) << " " << c.index << " " << pid << "\n";
+    os << wire::RoleName(c.role) << " " << c.index << " " << pid << "\n";
   }
   WriteAtomically(st.cfg.run_dir() + "/processes.txt", os.str());
 }
@@ -189,8 +188,8 @@ void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
   Event(st, "stop", {{"reason", reason}, {"exit_code", exit_code}});
   st.stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(st.cfg.coordinator().shutdown_grace_s()));
-  for (auto& [pid, c] : st.children) {
-    if (c.alive) ::kill(pid, SIGTERM);
+  for (const auto& [pid, c] : st.children) {
+    ::kill(pid, SIGTERM);
   }
 }
 
@@ -396,7 +395,7 @@ void OnTick(Supervisor* self) {
   // Heartbeats: a silent process is reported with what it was last doing.
   const auto timeout = std::chrono::duration<double>(st.cfg.coordinator().heartbeat_timeout_s());
   for (auto& [pid, c] : st.children) {
-    if (!c.alive || now - c.last_heard < timeout) continue;
+    if (now - c.last_heard < timeout) continue;
     std::fprintf(stderr, "stampede: %s %d (pid %d) silent for %.0f s; last doing: %s\n",
                  wire::RoleName(c.role), c.index, int(pid), timeout.count(), c.activity.c_str());
     Event(st, "silent", {{"process", std::string(wire::RoleName(c.role)) + " " + std::to_string(c.index)},
