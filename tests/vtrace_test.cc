@@ -43,14 +43,16 @@ TEST_CASE("vtrace: clipped importance weights match hand computation", "[vtrace]
 
 namespace {
 struct Case {
-  int T, B;
+  int T = 0, B = 0;
   std::vector<double> log_rhos, discounts, rewards, values, bootstrap;
 };
 
 Case RandomCase(int T, int B, std::mt19937_64& rng, double episode_end_prob) {
   std::normal_distribution<double> n(0, 1);
   std::uniform_real_distribution<double> u(0, 1);
-  Case c{T, B};
+  Case c;
+  c.T = T;
+  c.B = B;
   for (int i = 0; i < T * B; ++i) {
     c.log_rhos.push_back(0.7 * n(rng));
     c.discounts.push_back(u(rng) < episode_end_prob ? 0.0 : 0.95);
