@@ -110,6 +110,23 @@ bool WaitFor(Pred pred, std::chrono::seconds limit) {
   return true;
 }
 
+// The pid of `who` ("actor 0", "learner 0", ...) once all five processes are up and the
+// learner has taken more than `min_steps` steps; -1 if that does not happen in time.
+int PidOnceTraining(const std::string& run_dir, const std::string& who, int min_steps = 10) {
+  int pid = -1;
+  WaitFor([&] {
+    const auto rows = Metrics(run_dir);
+    bool training = false;
+    for (const auto& r : rows) training = training || r.value("learner_step", 0) > min_steps;
+    const auto spawned = Spawned(rows);
+    for (const auto& [p, w] : spawned) {
+      if (w == who) pid = p;
+    }
+    return training && pid > 0 && spawned.size() >= 5;
+  }, std::chrono::seconds(60));
+  return pid;
+}
+
 void CheckNoneLeft(const std::map<int, std::string>& spawned) {
   for (const auto& [pid, who] : spawned) {
     INFO(who << " (pid " << pid << ") is still running");
@@ -162,18 +179,8 @@ TEST_CASE("fleet: a killed actor is restarted while the run goes on", "[fleet]")
   Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
                   "stop.total_env_frames=2500000", "--set", "coordinator.progress_interval_s=0.2"},
                  run_dir + ".out");
-  // Find actor 0 once training is under way.
-  int victim = -1;
-  const bool found = WaitFor([&] {
-    const auto rows = Metrics(run_dir);
-    bool training = false;
-    for (const auto& r : rows) training = training || (r.value("learner_step", 0) > 10);
-    for (const auto& [pid, who] : Spawned(rows)) {
-      if (who == "actor 0") victim = pid;
-    }
-    return training && victim > 0;
-  }, std::chrono::seconds(60));
-  REQUIRE(found);
+  const int victim = PidOnceTraining(run_dir, "actor 0");
+  REQUIRE(victim > 0);
   REQUIRE(::kill(victim, SIGKILL) == 0);
   const int code = Wait(p, std::chrono::seconds(110));
   INFO(Slurp(p.output_path));
@@ -242,14 +249,8 @@ TEST_CASE("fleet: a crashed learner or PS shard stops the run with a clear messa
       Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
                       "stop.total_env_frames=1000000000"},
                      run_dir + ".out");
-      int victim = -1;
-      REQUIRE(WaitFor([&] {
-        const auto rows = Metrics(run_dir);
-        for (const auto& [pid, who] : Spawned(rows)) {
-          if (who == role + " 0") victim = pid;
-        }
-        return victim > 0 && Spawned(rows).size() == 5;
-      }, std::chrono::seconds(60)));
+      const int victim = PidOnceTraining(run_dir, role + " 0", 0);
+      REQUIRE(victim > 0);
       REQUIRE(::kill(victim, SIGKILL) == 0);
       const int code = Wait(p, std::chrono::seconds(60));
       const std::string out = Slurp(p.output_path);
@@ -266,16 +267,8 @@ TEST_CASE("fleet: a silent actor is reported with its last activity and restarte
   Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
                   "stop.total_env_frames=1000000000", "--set", "coordinator.heartbeat_timeout_s=1.5"},
                  run_dir + ".out");
-  int victim = -1;
-  REQUIRE(WaitFor([&] {
-    const auto rows = Metrics(run_dir);
-    bool training = false;
-    for (const auto& r : rows) training = training || r.value("learner_step", 0) > 10;
-    for (const auto& [pid, who] : Spawned(rows)) {
-      if (who == "actor 1") victim = pid;
-    }
-    return training && victim > 0;
-  }, std::chrono::seconds(60)));
+  const int victim = PidOnceTraining(run_dir, "actor 1");
+  REQUIRE(victim > 0);
   REQUIRE(::kill(victim, SIGSTOP) == 0);  // alive but silent: a hung actor
   bool silent = false, restarted = false;
   REQUIRE(WaitFor([&] {
