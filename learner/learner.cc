@@ -116,6 +116,7 @@ bool Learner::Start(std::string* error) {
     version_ = d.version;
     steps_ = d.learner_steps;
     frames_ = d.env_frames;
+    start_frames_ = d.env_frames;
   } else {
     net::InitMlp(spec, m.cfg.seed(), m.params);
   }
@@ -336,6 +337,7 @@ bool Learner::WriteCheckpoint(std::string* error) {
 void Learner::FillStatus(wire::Status* s) {
   Impl& m = *impl_;
   s->set_env_frames(frames_.load());
+  s->set_start_env_frames(start_frames_);
   s->set_learner_steps(steps_.load());
   s->set_policy_version(version_.load());
   s->set_queue_depth(int(m.queue.size()));

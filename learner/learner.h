@@ -48,6 +48,7 @@ class Learner {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::atomic<int64_t> steps_{0}, frames_{0}, version_{0};
+  int64_t start_frames_ = 0;  // frames restored from a checkpoint; set in Start
 };
 
 }  // namespace stampede::learner

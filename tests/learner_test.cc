@@ -52,6 +52,7 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
   REQUIRE(learner::LoadCheckpoint((dir / "checkpoint.bin").string(), &saved, &error));
   // Pretend it trained: version 41 and shifted parameters.
   saved.version = 41;
+  saved.env_frames = 123450;
   for (auto& p : saved.params) p += 0.5f;
   const std::string edited = (dir / "edited.bin").string();
   REQUIRE(learner::SaveCheckpoint(edited, saved, &error));
@@ -63,6 +64,10 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     learner::Learner resumed(cfg, ctx, "tcp://127.0.0.1:*", 2);
     REQUIRE(resumed.Start(&error));
     CHECK(resumed.policy_version() == 41);
+    CHECK(resumed.env_frames() == 123450);  // the global count goes on
+    wire::Status status;
+    resumed.FillStatus(&status);
+    CHECK(status.start_env_frames() == 123450);
     ps::ClientOptions co;
     co.endpoints.assign(cfg.cluster().ps().begin(), cfg.cluster().ps().end());
     co.total_size = int64_t(saved.params.size());

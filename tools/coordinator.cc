@@ -109,6 +109,7 @@ struct SupervisorState {
   Clock::time_point start;
   wire::Status learner;  // newest learner status
   bool have_learner_status = false;
+  int64_t start_frames = 0;  // the learner's count at its first status (non-zero on a restore)
   double lag_mean_acc = 0;
   int lag_mean_n = 0;
   int64_t lag_max_acc = 0;
@@ -202,13 +203,15 @@ void Finish(Supervisor* self) {
   r.learner_steps = st.learner.learner_steps();
   r.mean_return_100 = st.learner.mean_return_100();
   r.actor_restarts = st.actor_restarts;
+  // Frames this run produced (a restored learner starts from its checkpoint's count).
+  const double fps = r.wall_seconds > 0 ? double(r.env_frames - st.start_frames) / r.wall_seconds : 0;
   nlohmann::json summary = {{"exit_code", r.exit_code},
                             {"wall_seconds", r.wall_seconds},
                             {"env_frames", r.env_frames},
                             {"learner_steps", r.learner_steps},
                             {"mean_return_100", r.mean_return_100},
                             {"episodes", st.learner.episodes()},
-                            {"frames_per_second", r.wall_seconds > 0 ? r.env_frames / r.wall_seconds : 0},
+                            {"frames_per_second", fps},
                             {"frames_to_target", r.frames_to_target},
                             {"seconds_to_target", r.seconds_to_target},
                             {"target_return", st.cfg.stop().target_return()},
@@ -217,7 +220,7 @@ void Finish(Supervisor* self) {
   if (!st.opt.quiet) {
     std::printf("stampede: done in %.1f s: %s frames (%s/s), %lld learner steps, mean return(100) %.2f",
                 r.wall_seconds, Human(double(r.env_frames)).c_str(),
-                Human(r.wall_seconds > 0 ? r.env_frames / r.wall_seconds : 0).c_str(),
+                Human(fps).c_str(),
                 r.learner_steps, r.mean_return_100);
     if (r.frames_to_target >= 0) {
       std::printf("; target %.1f reached at %lld frames, %.1f s", st.cfg.stop().target_return(),
@@ -243,6 +246,10 @@ void OnStatus(Supervisor* self, const std::string& bytes) {
     st.actor_stats[pid_t(s.pid())] = {s.actor_frames(), s.actor_send_wait_s()};
   }
   if (s.sender().role() != wire::ROLE_LEARNER) return;
+  if (!st.have_learner_status) {
+    st.start_frames = s.start_env_frames();
+    st.last_frames = s.start_env_frames();
+  }
   st.learner = s;
   st.have_learner_status = true;
   st.lag_mean_acc += s.policy_lag_mean();

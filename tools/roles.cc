@@ -53,8 +53,9 @@ int RunLearnerRole(const config::Config& cfg, int task_index) {
   }
   zmq::context_t ctx(1);
   const uint64_t incarnation = wire::NewIncarnation();
+  // The first status goes out after Start, so the coordinator's first learner status
+  // carries real counts (a restored learner starts from its checkpoint's).
   StatusChannel channel(ctx, cfg, wire::MakeSender(wire::ROLE_LEARNER, task_index, incarnation));
-  channel.Send("starting");
   learner::Learner learner(cfg, ctx, cfg.cluster().learner(), incarnation);
   std::string error;
   if (!learner.Start(&error)) {
