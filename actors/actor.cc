@@ -218,6 +218,8 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
     bool sent = false;
     while (!stop.load() && !(sent = wire::SendTrajectory(out, batch))) {
       if (Clock::now() - last_report > std::chrono::seconds(1)) {
+        status.set_actor_send_wait_s(
+            total_wait + std::chrono::duration<double>(Clock::now() - send_start).count());
         report("waiting for the learner to take a trajectory");
         last_report = Clock::now();
       }

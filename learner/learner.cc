@@ -61,7 +61,7 @@ struct Learner::Impl {
   double lag_sum = 0;
   int64_t lag_count = 0, lag_max = 0;
   LossStats last_loss;
-  double last_grad_norm = 0, last_lr = 0, train_seconds = 0;
+  double last_grad_norm = 0, last_lr = 0, train_seconds = 0, receive_wait_s = 0;
   std::map<int, uint64_t> actor_incarnation;             // actor task -> incarnation
   std::set<std::pair<int, int>> logged;                  // (actor, reason) logged once
 
@@ -244,7 +244,12 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
   self->frames_ += b->frames();
   std::shared_ptr<const wire::TrajectoryBatch> shared = std::move(b);
   for (int c = 0; c < shared->n(); ++c) {
-    if (!queue.Push(UnrollRef{shared, c})) return;  // closed: stopping
+    double waited = 0;
+    if (!queue.Push(UnrollRef{shared, c}, &waited)) return;  // closed: stopping
+    if (waited > 0) {
+      std::lock_guard lock(mu);
+      receive_wait_s += waited;
+    }
   }
 }
 
@@ -366,6 +371,7 @@ void Learner::FillStatus(wire::Status* s) {
   s->set_grad_norm(m.last_grad_norm);
   s->set_learning_rate(m.last_lr);
   s->set_train_seconds(m.train_seconds);
+  s->set_receive_wait_s(m.receive_wait_s);
 }
 
 }  // namespace stampede::learner

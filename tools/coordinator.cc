@@ -365,6 +365,7 @@ void Progress(SupervisorState& st, Clock::time_point now) {
                         {"grad_norm", s.grad_norm()},
                         {"learning_rate", s.learning_rate()},
                         {"train_seconds", s.train_seconds()},
+                        {"learner_receive_wait_s", s.receive_wait_s()},
                         {"actors_alive", actors_alive},
                         {"actor_frames", actor_frames},
                         {"actor_send_wait_s", actor_wait},
