@@ -1,7 +1,5 @@
 #include "actors/actor.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +10,7 @@
 #include "net/mlp.h"
 #include "ps/client.h"
 #include "wire/config.h"
+#include "wire/status_channel.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::actors {
@@ -168,20 +167,11 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
                                                      cfg.actors().envs_per_actor(),
                                                      core->obs_size(), core->num_actions()));
   out.connect(cfg.cluster().learner());
-  std::unique_ptr<zmq::socket_t> status_socket;
-  if (!cfg.cluster().coordinator().empty()) {
-    status_socket = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push);
-    wire::ConfigureSender(*status_socket, 100, 0);
-    status_socket->connect(cfg.cluster().coordinator());
-  }
-  wire::Status status;
-  *status.mutable_sender() = sender;
-  status.set_pid(int(::getpid()));
+  wire::StatusChannel channel(ctx, cfg.cluster().coordinator(), sender);
+  wire::Status& status = channel.status();
   auto report = [&](const char* activity) {
-    if (!status_socket) return;
-    status.set_activity(activity);
     status.set_actor_frames(core->frames());
-    (void)wire::SendMessage(*status_socket, status);
+    channel.Send(activity);
   };
 
   ps::ClientOptions co;

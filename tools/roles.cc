@@ -1,7 +1,5 @@
 #include "tools/roles.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -11,33 +9,12 @@
 #include "learner/learner.h"
 #include "ps/shard.h"
 #include "tools/signals.h"
+#include "wire/status_channel.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::tools {
 
 namespace {
-// PUSH socket to the coordinator, if there is one (a role started by hand may have none).
-class StatusChannel {
- public:
-  StatusChannel(zmq::context_t& ctx, const config::Config& cfg, const wire::Sender& sender) {
-    status_.mutable_sender()->CopyFrom(sender);
-    status_.set_pid(int(::getpid()));
-    if (cfg.cluster().coordinator().empty()) return;
-    socket_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push);
-    wire::ConfigureSender(*socket_, 100, 0);
-    socket_->connect(cfg.cluster().coordinator());
-  }
-  wire::Status& status() { return status_; }
-  void Send(const char* activity) {
-    status_.set_activity(activity);
-    if (socket_) (void)wire::SendMessage(*socket_, status_);
-  }
-
- private:
-  std::unique_ptr<zmq::socket_t> socket_;
-  wire::Status status_;
-};
-
 void SleepUnlessStopped(double seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (!StopFlag().load() && std::chrono::steady_clock::now() < end) {
@@ -55,7 +32,8 @@ int RunLearnerRole(const config::Config& cfg, int task_index) {
   const uint64_t incarnation = wire::NewIncarnation();
   // The first status goes out after Start, so the coordinator's first learner status
   // carries real counts (a restored learner starts from its checkpoint's).
-  StatusChannel channel(ctx, cfg, wire::MakeSender(wire::ROLE_LEARNER, task_index, incarnation));
+  wire::StatusChannel channel(ctx, cfg.cluster().coordinator(),
+                              wire::MakeSender(wire::ROLE_LEARNER, task_index, incarnation));
   learner::Learner learner(cfg, ctx, cfg.cluster().learner(), incarnation);
   std::string error;
   if (!learner.Start(&error)) {
@@ -95,7 +73,8 @@ int RunPsRole(const config::Config& cfg, int task_index) {
   opt.versions_kept = cfg.ps().versions_kept();
   opt.max_message_bytes = cfg.cluster().max_message_bytes();
   opt.incarnation = wire::NewIncarnation();
-  StatusChannel channel(ctx, cfg, wire::MakeSender(wire::ROLE_PS, task_index, opt.incarnation));
+  wire::StatusChannel channel(ctx, cfg.cluster().coordinator(),
+                              wire::MakeSender(wire::ROLE_PS, task_index, opt.incarnation));
   ps::Shard shard(ctx, opt);
   std::string error;
   if (!shard.Bind(cfg.cluster().ps(task_index), &error)) {
