@@ -1,12 +1,10 @@
 #include "learner/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "wire/durable_file.h"
 
 namespace stampede::learner {
 
@@ -77,31 +75,7 @@ bool SaveCheckpoint(const std::string& path, const CheckpointData& d, std::strin
   PutFloats(&buf, d.rms_momentum);
   Put(&buf, Fnv1a(buf.data(), buf.size()));
 
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    *error = tmp + ": cannot create checkpoint: " + std::strerror(errno);
-    return false;
-  }
-  size_t written = 0;
-  while (written < buf.size()) {
-    ssize_t w = ::write(fd, buf.data() + written, buf.size() - written);
-    if (w <= 0) {
-      *error = tmp + ": write failed: " + std::strerror(errno);
-      ::close(fd);
-      return false;
-    }
-    written += size_t(w);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    *error = tmp + ": fsync/close failed: " + std::strerror(errno);
-    return false;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": rename failed: " + std::strerror(errno);
-    return false;
-  }
-  return true;
+  return wire::WriteFileAtomically(path, buf, error);
 }
 
 bool LoadCheckpoint(const std::string& path, CheckpointData* d, std::string* error) {

@@ -1,6 +1,6 @@
 // Learner checkpoints: the flat parameters, the optimizer state, the version and the
-// layout, in one file written to a temp name, fsynced and renamed (a crash leaves
-// either the old file or the new one, never half of one).
+// layout, in one file written by wire::WriteFileAtomically (a crash leaves either the
+// old file or the new one, never half of one).
 #pragma once
 
 #include <cstdint>

@@ -23,6 +23,7 @@
 
 #include "tools/signals.h"
 #include "wire/config.h"
+#include "wire/durable_file.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::tools {
@@ -58,15 +59,12 @@ double UnixTime() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Writes `text` to path via a temp file, fsync and rename.
-void WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return;
-  (void)!::write(fd, text.data(), text.size());
-  ::fsync(fd);
-  ::close(fd);
-  std::rename(tmp.c_str(), path.c_str());
+// Durable write of a run file; a failure is reported, the run goes on.
+void WriteRunFile(const std::string& path, const std::string& text) {
+  std::string error;
+  if (!wire::WriteFileAtomically(path, text, &error)) {
+    std::fprintf(stderr, "stampede: %s\n", error.c_str());
+  }
 }
 
 std::string TailOfFile(const std::string& path, size_t max_bytes) {
@@ -133,7 +131,7 @@ void WriteProcesses(SupervisorState& st) {
   for (const auto& [pid, c] : st.children) {
     os << wire::RoleName(c.role) << " " << c.index << " " << pid << "\n";
   }
-  WriteAtomically(st.cfg.run_dir() + "/processes.txt", os.str());
+  WriteRunFile(st.cfg.run_dir() + "/processes.txt", os.str());
 }
 
 void Event(SupervisorState& st, const std::string& name, nlohmann::json extra) {
@@ -216,7 +214,7 @@ void Finish(Supervisor* self) {
                             {"seconds_to_target", r.seconds_to_target},
                             {"target_return", st.cfg.stop().target_return()},
                             {"actor_restarts", r.actor_restarts}};
-  WriteAtomically(st.cfg.run_dir() + "/summary.json", summary.dump(2) + "\n");
+  WriteRunFile(st.cfg.run_dir() + "/summary.json", summary.dump(2) + "\n");
   if (!st.opt.quiet) {
     std::printf("stampede: done in %.1f s: %s frames (%s/s), %lld learner steps, mean return(100) %.2f",
                 r.wall_seconds, Human(double(r.env_frames)).c_str(),
@@ -521,7 +519,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   fs::create_directories(cfg.run_dir() + "/logs");
   result.run_dir = cfg.run_dir();
   const std::string config_path = cfg.run_dir() + "/config.textproto";
-  WriteAtomically(config_path, ConfigToText(cfg));
+  WriteRunFile(config_path, ConfigToText(cfg));
   {
     caf::actor_system_config sys_cfg;
     caf::actor_system sys{sys_cfg};

@@ -1,0 +1,14 @@
+// Files that must survive a crash (checkpoints, run summaries, the resolved config) are
+// written to a temp name, fsynced, then renamed: a reader sees the old file or the new
+// one, never half of one.
+#pragma once
+
+#include <string>
+
+namespace stampede::wire {
+
+// False with `error` naming the file and the failing step.
+[[nodiscard]] bool WriteFileAtomically(const std::string& path, const std::string& bytes,
+                                       std::string* error);
+
+}  // namespace stampede::wire
