@@ -3,10 +3,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
-#include "envs/env.h"
+#include "actors/env_source.h"
 #include "envs/rng.h"
+#include "envs/vector_env.h"
 #include "net/mlp.h"
 #include "ps/client.h"
 #include "wire/config.h"
@@ -22,19 +24,23 @@ using envs::SplitMix;
 struct ActorCore::Impl {
   config::Config cfg;
   int task_index = 0;
-  std::vector<std::unique_ptr<envs::Env>> envs;
-  std::vector<uint64_t> episodes_started;
+  std::unique_ptr<envs::VectorEnv> env;
   std::unique_ptr<net::Mlp<float>> net;
   std::mt19937_64 rng;
-  int E = 0, T = 0, D = 0, A = 0;
+  int E = 0, T = 0, D = 0, A = 0, frames_per_step = 1;
+  wire::StepShape shape;
   bool started = false;
   // Scratch, allocated once.
-  std::vector<float> probs, final_obs, final_values;
-  std::vector<int> truncated_envs;
+  std::vector<float> probs, input, final_values, final_input;
+  std::vector<std::byte> final_obs;
+  std::vector<double> episode_return;
+  std::vector<int> episode_length, truncated_envs;
 
-  uint64_t EnvSeed(int e) {
-    return SplitMix(cfg.seed() ^ SplitMix(uint64_t(task_index) << 20 ^ uint64_t(e)) ^
-                    SplitMix(episodes_started[e]++ + 0x5151));
+  // Network input for `rows` observation rows starting at `obs` (uint8 rows are scaled).
+  const float* Input(const std::byte* obs, int rows, std::vector<float>* scratch) {
+    if (shape.obs_dtype != wire::DType::kUint8) return reinterpret_cast<const float*>(obs);
+    net::Uint8ToInput(reinterpret_cast<const uint8_t*>(obs), size_t(rows) * D, scratch->data());
+    return scratch->data();
   }
 };
 
@@ -48,22 +54,34 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   m->task_index = task_index;
   m->E = cfg.actors().envs_per_actor();
   m->T = cfg.actors().unroll_length();
-  envs::EnvOptions eo;
-  eo.max_episode_steps = cfg.env().max_episode_steps();
-  for (int e = 0; e < m->E; ++e) {
-    auto env = envs::MakeEnv(cfg.env().name(), eo, error);
-    if (!env) return nullptr;
-    m->envs.push_back(std::move(env));
+  m->env = envs::MakeVectorEnv(EnvSourceFromConfig(cfg), m->E, error);
+  if (!m->env) return nullptr;
+  const envs::EnvSpec& spec = m->env->spec();
+  const config::EnvSpec actual = SpecToProto(spec);
+  if (cfg.env().has_resolved_spec()) {
+    if (std::string diff = SpecMismatch(cfg.env().resolved_spec(), actual); !diff.empty()) {
+      *error = diff;
+      return nullptr;
+    }
   }
-  m->episodes_started.assign(m->E, 0);
-  m->D = m->envs[0]->spec().obs_size();
-  m->A = m->envs[0]->spec().num_actions;
+  config::Config with_spec = cfg;
+  *with_spec.mutable_env()->mutable_resolved_spec() = actual;
+  if (!ResolvedStepShape(with_spec, &m->shape, error)) return nullptr;
+  m->D = m->shape.obs_size();
+  m->A = m->shape.num_actions;
+  m->frames_per_step = spec.frames_per_step;
   m->net = std::make_unique<net::Mlp<float>>(
       net::MakeMlpSpec(m->D, HiddenSizes(cfg), m->A, cfg.net().activation()));
   m->rng.seed(SplitMix(cfg.seed() * 7919 + uint64_t(task_index)));
   m->probs.resize(m->A);
-  m->final_obs.resize(size_t(m->E) * m->D);
+  if (m->shape.obs_dtype == wire::DType::kUint8) {
+    m->input.resize(size_t(m->E) * m->D);
+    m->final_input.resize(size_t(m->E) * m->D);
+  }
+  m->final_obs.resize(size_t(m->E) * m->shape.obs_bytes());
   m->final_values.resize(m->E);
+  m->episode_return.assign(m->E, 0);
+  m->episode_length.assign(m->E, 0);
   m->truncated_envs.reserve(m->E);
   return std::unique_ptr<ActorCore>(new ActorCore(std::move(m)));
 }
@@ -71,35 +89,36 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
 const net::MlpSpec& ActorCore::net_spec() const { return impl_->net->spec(); }
 int64_t ActorCore::param_count() const { return impl_->net->layout().total_size(); }
 uint64_t ActorCore::layout_fingerprint() const { return impl_->net->layout().Fingerprint(); }
+const wire::StepShape& ActorCore::shape() const { return impl_->shape; }
 int ActorCore::obs_size() const { return impl_->D; }
 int ActorCore::num_actions() const { return impl_->A; }
 
 void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
                               wire::TrajectoryBatch* out) {
   Impl& m = *impl_;
-  const int E = m.E, T = m.T, D = m.D, A = m.A;
-  if (out->T() != T || out->n() != E || out->observations.size() != size_t(T + 1) * E * D) {
-    out->Resize(T, E, D, A);
+  const int E = m.E, T = m.T, A = m.A;
+  const size_t obs_bytes = m.shape.obs_bytes();
+  if (out->T() != T || out->n() != E || !(out->shape == m.shape)) {
+    out->Resize(T, E, m.shape);
     m.started = false;
   }
   if (!m.started) {
-    for (int e = 0; e < E; ++e) {
-      m.envs[e]->Reset(m.EnvSeed(e), std::span<float>(&out->observations[size_t(e) * D], D));
-    }
+    m.env->Reset(SplitMix(m.cfg.seed() ^ SplitMix(uint64_t(m.task_index) << 20)), out->obs_row(0));
+    std::fill(m.episode_return.begin(), m.episode_return.end(), 0.0);
+    std::fill(m.episode_length.begin(), m.episode_length.end(), 0);
     m.started = true;
   } else {
     // The last unroll's bootstrap observation is this unroll's first.
-    std::copy_n(&out->observations[size_t(T) * E * D], size_t(E) * D, out->observations.begin());
+    std::memcpy(out->obs_row(0), out->obs_row(size_t(T) * E), size_t(E) * obs_bytes);
   }
   out->meta.clear_episodes();
   out->meta.set_policy_version(version);
   std::fill(out->truncation_values.begin(), out->truncation_values.end(), 0.f);
+  int64_t valid_steps = 0;
   for (int t = 0; t < T; ++t) {
-    float* obs_t = &out->observations[size_t(t) * E * D];
-    float* obs_next = obs_t + size_t(E) * D;
-    float* logits = &out->behaviour_logits[size_t(t) * E * A];
-    m.net->Forward(params.data(), obs_t, E, logits, nullptr);
-    m.truncated_envs.clear();
+    const size_t row = size_t(t) * E;
+    float* logits = &out->behaviour_logits[row * A];
+    m.net->Forward(params.data(), m.Input(out->obs_row(row), E, &m.input), E, logits, nullptr);
     for (int e = 0; e < E; ++e) {
       // Sample from softmax(logits).
       const float* z = logits + size_t(e) * A;
@@ -116,39 +135,47 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
           break;
         }
       }
-      const size_t i = size_t(t) * E + e;
-      out->actions[i] = a;
-      const envs::StepResult r = m.envs[e]->Step(a, std::span<float>(obs_next + size_t(e) * D, D));
-      out->rewards[i] = r.reward;
-      out->terminated[i] = r.terminated;
-      out->truncated[i] = r.truncated;
-      if (r.terminated || r.truncated) {
+      out->actions[row + e] = a;
+    }
+    envs::VectorStep step;
+    step.obs = out->obs_row(row + E);
+    step.rewards = &out->rewards[row];
+    step.terminated = &out->terminated[row];
+    step.truncated = &out->truncated[row];
+    step.valid = &out->valid[row];
+    step.final_obs = m.final_obs.data();
+    m.env->Step(&out->actions[row], step);
+    m.truncated_envs.clear();
+    for (int e = 0; e < E; ++e) {
+      const size_t i = row + e;
+      if (!out->valid[i]) continue;  // only an automatic reset
+      ++valid_steps;
+      m.episode_return[e] += out->rewards[i];
+      ++m.episode_length[e];
+      if (out->terminated[i] || out->truncated[i]) {
         auto* ep = out->meta.add_episodes();
-        ep->set_episode_return(float(m.envs[e]->episode_return()));
-        ep->set_length(m.envs[e]->episode_length());
-        if (r.truncated && !r.terminated) m.truncated_envs.push_back(e);
+        ep->set_episode_return(float(m.episode_return[e]));
+        ep->set_length(m.episode_length[e]);
+        m.episode_return[e] = 0;
+        m.episode_length[e] = 0;
+        if (out->truncated[i] && !out->terminated[i]) m.truncated_envs.push_back(e);
       }
     }
     if (!m.truncated_envs.empty()) {
       // Value of the final observation of time-limited episodes, for the learner's
-      // bootstrap (learner.bootstrap_on_truncation).
+      // bootstrap (learner.bootstrap_on_truncation). Rows are gathered to the front.
       const int k = int(m.truncated_envs.size());
       for (int j = 0; j < k; ++j) {
-        std::copy_n(obs_next + size_t(m.truncated_envs[j]) * D, D, &m.final_obs[size_t(j) * D]);
+        if (m.truncated_envs[j] != j) {
+          std::memcpy(&m.final_obs[j * obs_bytes], &m.final_obs[m.truncated_envs[j] * obs_bytes], obs_bytes);
+        }
       }
-      m.net->Forward(params.data(), m.final_obs.data(), k, nullptr, m.final_values.data());
-      for (int j = 0; j < k; ++j) {
-        out->truncation_values[size_t(t) * E + m.truncated_envs[j]] = m.final_values[j];
-      }
-    }
-    for (int e = 0; e < E; ++e) {
-      const size_t i = size_t(t) * E + e;
-      if (out->terminated[i] || out->truncated[i]) {
-        m.envs[e]->Reset(m.EnvSeed(e), std::span<float>(obs_next + size_t(e) * D, D));
-      }
+      m.net->Forward(params.data(), m.Input(m.final_obs.data(), k, &m.final_input), k, nullptr,
+                     m.final_values.data());
+      for (int j = 0; j < k; ++j) out->truncation_values[row + m.truncated_envs[j]] = m.final_values[j];
     }
   }
-  frames_ += int64_t(T) * E;
+  frames_ += valid_steps * m.frames_per_step;
 }
 
 int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>& stop) {
@@ -164,8 +191,7 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
   zmq::socket_t out(ctx, zmq::socket_type::push);
   wire::ConfigureSender(out, 1, 100);
   wire::LimitKernelBuffers(out, wire::TrajectoryBytes(cfg.actors().unroll_length(),
-                                                     cfg.actors().envs_per_actor(),
-                                                     core->obs_size(), core->num_actions()));
+                                                     cfg.actors().envs_per_actor(), core->shape()));
   out.connect(cfg.cluster().learner());
   wire::StatusChannel channel(ctx, cfg.cluster().coordinator(), sender);
   wire::Status& status = channel.status();
@@ -201,7 +227,14 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
   double send_wait = 0, total_wait = 0;
   auto last_report = Clock::now();
   while (!stop.load()) {
-    core->CollectUnroll(params, version, &batch);
+    try {
+      core->CollectUnroll(params, version, &batch);
+    } catch (const std::exception& e) {
+      // An env failed (a plug-in's error, a Python exception): this actor ends with the
+      // message; the coordinator restarts it.
+      std::fprintf(stderr, "actor %d: %s\n", task_index, e.what());
+      return 1;
+    }
     batch.meta.set_send_wait_s(send_wait);
     send_wait = 0;
     const auto send_start = Clock::now();

@@ -20,7 +20,8 @@ namespace stampede::actors {
 // Used by one thread.
 class ActorCore {
  public:
-  // nullptr and `error` set if the env is unknown.
+  // nullptr and `error` set if the env cannot be made or differs from the config's
+  // resolved spec.
   static std::unique_ptr<ActorCore> Create(const config::Config& cfg, int task_index,
                                            std::string* error);
   ~ActorCore();
@@ -28,12 +29,14 @@ class ActorCore {
   const net::MlpSpec& net_spec() const;
   int64_t param_count() const;
   uint64_t layout_fingerprint() const;
+  const wire::StepShape& shape() const;
   int obs_size() const;
   int num_actions() const;
   // Fills `out` (sized by the core) with the next unroll of every env, acting with
-  // `params` and recording `version` as the behaviour policy's version.
+  // `params` and recording `version` as the behaviour policy's version. Throws
+  // std::runtime_error when an env fails.
   void CollectUnroll(std::span<const float> params, int64_t version, wire::TrajectoryBatch* out);
-  int64_t frames() const { return frames_; }
+  int64_t frames() const { return frames_; }  // env frames (valid steps x frames per step)
 
  private:
   struct Impl;

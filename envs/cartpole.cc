@@ -15,15 +15,17 @@ std::shared_ptr<const EnvSpec> CartPoleSpec(const EnvOptions& options) {
 }
 }  // namespace
 
-CartPole::CartPole(const EnvOptions& options) : Env(CartPoleSpec(options)) {}
+CartPole::CartPole(const EnvOptions& options) : Env(CartPoleSpec(options)) {
+  options.RefuseUnknown("CartPole-v1", {});
+}
 
-void CartPole::DoReset(uint64_t seed, float* obs) {
+void CartPole::DoReset(uint64_t seed, void* obs) {
   rng_.seed(seed);
   for (double& s : state_) s = rng_.Uniform(-0.05, 0.05);
   Write(obs);
 }
 
-StepResult CartPole::DoStep(int action, float* obs) {
+StepResult CartPole::DoStep(int action, void* obs) {
   // gymnasium/envs/classic_control/cartpole.py, kinematics_integrator = "euler".
   constexpr double total_mass = kMassPole + kMassCart;
   constexpr double polemass_length = kMassPole * kLength;
@@ -46,7 +48,8 @@ StepResult CartPole::DoStep(int action, float* obs) {
   return r;
 }
 
-void CartPole::Write(float* obs) const {
+void CartPole::Write(void* out) const {
+  float* obs = static_cast<float*>(out);
   for (int i = 0; i < 4; ++i) obs[i] = static_cast<float>(state_[i]);
 }
 

@@ -22,11 +22,11 @@ class CartPole : public Env {
   static constexpr double kXThreshold = 2.4;
 
  protected:
-  void DoReset(uint64_t seed, float* obs) override;
-  StepResult DoStep(int action, float* obs) override;
+  void DoReset(uint64_t seed, void* obs) override;
+  StepResult DoStep(int action, void* obs) override;
 
  private:
-  void Write(float* obs) const;
+  void Write(void* obs) const;
   std::array<double, 4> state_{};
   SplitMix64 rng_;
 };

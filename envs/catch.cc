@@ -16,9 +16,11 @@ std::shared_ptr<const EnvSpec> CatchSpec(const EnvOptions& options) {
 }
 }  // namespace
 
-Catch::Catch(const EnvOptions& options) : Env(CatchSpec(options)) {}
+Catch::Catch(const EnvOptions& options) : Env(CatchSpec(options)) {
+  options.RefuseUnknown("Catch", {});
+}
 
-void Catch::DoReset(uint64_t seed, float* obs) {
+void Catch::DoReset(uint64_t seed, void* obs) {
   rng_.seed(seed);
   ball_x_ = int(rng_() % kColumns);  // modulo bias of 5 in 2^64: negligible
   ball_y_ = 0;
@@ -26,7 +28,7 @@ void Catch::DoReset(uint64_t seed, float* obs) {
   Write(obs);
 }
 
-StepResult Catch::DoStep(int action, float* obs) {
+StepResult Catch::DoStep(int action, void* obs) {
   // bsuite/environments/catch.py: move the paddle, then the ball falls one row.
   paddle_x_ = std::clamp(paddle_x_ + (action - 1), 0, kColumns - 1);
   ++ball_y_;
@@ -39,7 +41,8 @@ StepResult Catch::DoStep(int action, float* obs) {
   return r;
 }
 
-void Catch::Write(float* obs) const {
+void Catch::Write(void* out) const {
+  float* obs = static_cast<float*>(out);
   std::memset(obs, 0, sizeof(float) * kRows * kColumns);
   obs[ball_y_ * kColumns + ball_x_] = 1.f;
   obs[(kRows - 1) * kColumns + paddle_x_] = 1.f;

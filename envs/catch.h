@@ -18,11 +18,11 @@ class Catch : public Env {
   int paddle_x() const { return paddle_x_; }
 
  protected:
-  void DoReset(uint64_t seed, float* obs) override;
-  StepResult DoStep(int action, float* obs) override;
+  void DoReset(uint64_t seed, void* obs) override;
+  StepResult DoStep(int action, void* obs) override;
 
  private:
-  void Write(float* obs) const;
+  void Write(void* obs) const;
   int ball_x_ = 0, ball_y_ = 0, paddle_x_ = kColumns / 2;
   SplitMix64 rng_;
 };

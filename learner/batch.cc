@@ -1,17 +1,18 @@
 #include "learner/batch.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "wire/trajectory.h"
 
 namespace stampede::learner {
 
 void CopyUnroll(const wire::TrajectoryBatch& src, int c, int b, Batch* batch) {
-  const int T = batch->T(), B = batch->n(), D = batch->obs_size, A = batch->num_actions;
+  const int T = batch->T(), B = batch->n(), A = batch->num_actions;
   const int n = src.n();
+  const size_t obs_bytes = batch->shape.obs_bytes();
   for (int t = 0; t <= T; ++t) {
-    std::copy_n(&src.observations[(size_t(t) * n + c) * D], D,
-                &batch->observations[(size_t(t) * B + b) * D]);
+    std::memcpy(batch->obs_row(size_t(t) * B + b), src.obs_row(size_t(t) * n + c), obs_bytes);
   }
   for (int t = 0; t < T; ++t) {
     const size_t s = size_t(t) * n + c, d = size_t(t) * B + b;
@@ -19,6 +20,7 @@ void CopyUnroll(const wire::TrajectoryBatch& src, int c, int b, Batch* batch) {
     batch->rewards[d] = src.rewards[s];
     batch->terminated[d] = src.terminated[s];
     batch->truncated[d] = src.truncated[s];
+    batch->valid[d] = src.valid[s];
     batch->truncation_values[d] = src.truncation_values[s];
     std::copy_n(&src.behaviour_logits[s * A], A, &batch->behaviour_logits[d * A]);
   }

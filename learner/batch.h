@@ -19,9 +19,12 @@ namespace stampede::learner {
 struct Batch : wire::Unrolls {
   std::vector<int64_t> policy_versions;  // [B]
 
-  void Resize(int T, int B, int obs_size, int num_actions) {
-    Unrolls::Resize(T, B, obs_size, num_actions);
+  void Resize(int T, int B, const wire::StepShape& shape) {
+    Unrolls::Resize(T, B, shape);
     policy_versions.assign(B, 0);
+  }
+  void Resize(int T, int B, int obs_size, int num_actions) {
+    Resize(T, B, wire::StepShape{{obs_size}, wire::DType::kFloat32, num_actions});
   }
 };
 

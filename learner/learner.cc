@@ -9,7 +9,6 @@
 #include <set>
 #include <thread>
 
-#include "envs/env.h"
 #include "learner/batch.h"
 #include "learner/checkpoint.h"
 #include "learner/loss.h"
@@ -46,7 +45,8 @@ struct Learner::Impl {
   std::vector<float> params, grad;
   std::unique_ptr<RmsProp> rms;
   net::ParamLayout layout;
-  int obs_size = 0, num_actions = 0;
+  wire::StepShape shape;
+  int frames_per_step = 1;
   replay::BoundedQueue<UnrollRef> queue;
   std::atomic<bool> stop{false};
   std::thread receiver, trainer;
@@ -86,14 +86,11 @@ Learner::~Learner() { Stop(); }
 
 bool Learner::Start(std::string* error) {
   Impl& m = *impl_;
-  envs::EnvOptions eo;
-  eo.max_episode_steps = m.cfg.env().max_episode_steps();
-  auto env = envs::MakeEnv(m.cfg.env().name(), eo, error);
-  if (!env) return false;
-  m.obs_size = env->spec().obs_size();
-  m.num_actions = env->spec().num_actions;
-  const net::MlpSpec spec = net::MakeMlpSpec(m.obs_size, HiddenSizes(m.cfg), m.num_actions,
-                                             m.cfg.net().activation());
+  // Shapes come from the resolved spec in the config; the learner loads no env code.
+  if (!ResolvedStepShape(m.cfg, &m.shape, error)) return false;
+  m.frames_per_step = std::max(1, m.cfg.env().resolved_spec().frames_per_step());
+  const net::MlpSpec spec = net::MakeMlpSpec(m.shape.obs_size(), HiddenSizes(m.cfg),
+                                             m.shape.num_actions, m.cfg.net().activation());
   m.net = std::make_unique<net::Mlp<float>>(spec);
   m.layout = m.net->layout();
   m.params.assign(m.layout.total_size(), 0.f);
@@ -124,8 +121,7 @@ bool Learner::Start(std::string* error) {
   wire::ConfigureReceiver(*m.socket, m.cfg.cluster().max_message_bytes());
   m.socket->set(zmq::sockopt::rcvhwm, 2);
   wire::LimitKernelBuffers(*m.socket, wire::TrajectoryBytes(m.cfg.actors().unroll_length(),
-                                                           m.cfg.actors().envs_per_actor(),
-                                                           m.obs_size, m.num_actions));
+                                                           m.cfg.actors().envs_per_actor(), m.shape));
   try {
     m.socket->bind(m.bind_endpoint);
   } catch (const zmq::error_t& e) {
@@ -186,8 +182,7 @@ void Learner::Impl::ReceiveLoop() {
       auto b = std::make_shared<wire::TrajectoryBatch>();
       wire::TrajectoryExpectations expect;
       expect.unroll_length = cfg.actors().unroll_length();
-      expect.obs_size = obs_size;
-      expect.num_actions = num_actions;
+      expect.shape = shape;
       expect.newest_policy_version = self->version_.load();
       std::string detail;
       wire::DropReason reason = wire::DecodeTrajectory(parts, expect, b.get(), &detail);
@@ -235,13 +230,14 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
       ++episodes;
     }
     const auto& stop_cfg = cfg.stop();
+    const int64_t frames = b->valid_steps() * frames_per_step;
     if (frames_to_target < 0 && (stop_cfg.target_return() != 0 || stop_cfg.stop_at_target()) &&
         returns.size() >= kReturnWindow &&
         returns_sum / double(returns.size()) >= stop_cfg.target_return()) {
-      frames_to_target = self->frames_.load() + b->frames();
+      frames_to_target = self->frames_.load() + frames;
     }
+    self->frames_ += frames;
   }
-  self->frames_ += b->frames();
   std::shared_ptr<const wire::TrajectoryBatch> shared = std::move(b);
   for (int c = 0; c < shared->n(); ++c) {
     double waited = 0;
@@ -269,10 +265,11 @@ void Learner::Impl::TrainLoop() {
   lo.baseline_cost = lc.baseline_cost();
   lo.entropy_cost = lc.entropy_cost();
   lo.bootstrap_on_truncation = lc.bootstrap_on_truncation();
+  lo.reward_clip = lc.reward_clip();
   const double lr0 = lc.optimizer().learning_rate();
   const double total_frames = double(cfg.stop().total_env_frames());
   Batch batch;
-  batch.Resize(T, B, obs_size, num_actions);
+  batch.Resize(T, B, shape);
   std::vector<UnrollRef> items;
   auto last_checkpoint = Clock::now();
   bool unpublished = false;  // the newest version has not reached every shard yet

@@ -36,7 +36,11 @@ Forwarded<S> RunNet(net::Mlp<S>& net, const S* params, const Batch& batch) {
   Forwarded<S> f;
   f.logits.resize(size_t(rows) * batch.num_actions);
   f.values.resize(rows);
-  if constexpr (std::is_same_v<S, float>) {
+  if (batch.uint8_obs()) {
+    std::vector<S> obs(batch.observations_u8.size());
+    net::Uint8ToInput(batch.observations_u8.data(), obs.size(), obs.data());
+    net.Forward(params, obs.data(), rows, f.logits.data(), f.values.data());
+  } else if constexpr (std::is_same_v<S, float>) {
     net.Forward(params, batch.observations.data(), rows, f.logits.data(), f.values.data());
   } else {
     const std::vector<S> obs = ToScalar<S>(batch.observations);
@@ -60,7 +64,9 @@ Targets<S> TargetsFrom(const Forwarded<S>& f, const Batch& batch, const LossOpti
   for (int i = 0; i < TB; ++i) {
     const bool ended = batch.terminated[i] || batch.truncated[i];
     tg.discounts[i] = ended ? S(0) : S(opt.discount);
-    tg.rewards[i] = S(batch.rewards[i]);
+    double reward = batch.rewards[i];
+    if (opt.reward_clip > 0) reward = std::clamp(reward, -opt.reward_clip, opt.reward_clip);
+    tg.rewards[i] = S(reward);
     if (batch.truncated[i] && !batch.terminated[i] && opt.bootstrap_on_truncation) {
       tg.rewards[i] += S(opt.discount) * S(batch.truncation_values[i]);
     }
@@ -92,7 +98,10 @@ LossStats GradFrom(net::Mlp<S>& net, const S* params, const Forwarded<S>& f, con
   std::vector<double> probs(A);
   LossStats st;
   double entropy_sum = 0;
+  int64_t counted = 0;
   for (int i = 0; i < TB; ++i) {
+    if (!batch.valid[i]) continue;  // an env reset, not a transition: no loss, no gradient
+    ++counted;
     const S* lp = &f.log_probs[size_t(i) * A];
     const int a = batch.actions[i];
     const double adv = double(tg.pg_advantages[i]);
@@ -115,7 +124,7 @@ LossStats GradFrom(net::Mlp<S>& net, const S* params, const Forwarded<S>& f, con
     dvalues[i] = S(opt.baseline_cost * err);
   }
   st.baseline_loss *= opt.baseline_cost;
-  st.entropy = entropy_sum / TB;
+  st.entropy = counted ? entropy_sum / double(counted) : 0;
   st.total = st.pg_loss + st.baseline_loss - opt.entropy_cost * entropy_sum;
   if (grad != nullptr) net.Backward(params, dlogits.data(), dvalues.data(), grad);
   return st;

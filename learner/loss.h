@@ -1,6 +1,7 @@
 // The IMPALA loss on a time-major batch: policy gradient with V-trace advantages,
 // baseline_cost * 1/2 squared error to the V-trace targets, and entropy_cost times the
-// negative entropy; summed over time and batch. Targets (vs, pg advantages) are
+// negative entropy; summed over time and batch (steps with valid = 0, which only reset
+// an env, contribute nothing). Targets (vs, pg advantages) are
 // constants for the gradient (stop-gradient), as in the paper.
 #pragma once
 
@@ -18,6 +19,7 @@ struct LossOptions {
   double baseline_cost = 0.5;
   double entropy_cost = 0.01;
   bool bootstrap_on_truncation = true;
+  double reward_clip = 0;  // > 0: rewards clipped to [-reward_clip, reward_clip]
 };
 
 template <class S>

@@ -36,6 +36,13 @@ ParamLayout MlpLayout(const MlpSpec& spec);
 // the policy head scaled by 0.01 so the first policy is near uniform, biases zero.
 void InitMlp(const MlpSpec& spec, uint64_t seed, std::span<float> params);
 
+// uint8 observations (pixels) enter every network scaled to [0, 1], as in DQN and IMPALA.
+constexpr double kUint8InputScale = 1.0 / 255.0;
+template <class S>
+void Uint8ToInput(const uint8_t* in, size_t count, S* out) {
+  for (size_t i = 0; i < count; ++i) out[i] = S(in[i]) * S(kUint8InputScale);
+}
+
 template <class S>
 class Mlp {
  public:

@@ -114,10 +114,10 @@ TEST_CASE("actor: a truncated step records the value of the final observation", 
       // Rebuild the final observation (overwritten by the reset) from the dynamics.
       envs::CartPole env({});
       std::vector<float> obs(D);
-      env.Reset(1, obs);
+      env.Reset(1, envs::AsBytes(obs));
       const float* o = &batch.observations[i * D];
       env.set_state({o[0], o[1], o[2], o[3]});
-      env.Step(batch.actions[i], obs);
+      env.Step(batch.actions[i], envs::AsBytes(obs));
       float value = 0;
       mlp.Forward(params.data(), obs.data(), 1, nullptr, &value);
       CHECK(batch.truncation_values[i] == Approx(value).margin(1e-4));

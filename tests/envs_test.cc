@@ -12,6 +12,8 @@
 using namespace stampede::envs;
 
 namespace {
+std::span<std::byte> B(std::vector<float>& v) { return AsBytes(v); }
+
 std::unique_ptr<Env> Make(const std::string& name, int max_steps = 0) {
   std::string error;
   EnvOptions o;
@@ -27,14 +29,14 @@ std::vector<float> Rollout(Env& env, uint64_t seed, int steps) {
   std::vector<float> obs(env.spec().obs_size()), trace;
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> pick(0, env.spec().num_actions - 1);
-  env.Reset(seed, obs);
+  env.Reset(seed, B(obs));
   uint64_t episode = 0;
   for (int i = 0; i < steps; ++i) {
-    auto r = env.Step(pick(rng), obs);
+    auto r = env.Step(pick(rng), B(obs));
     trace.insert(trace.end(), obs.begin(), obs.end());
     trace.push_back(r.reward);
     trace.push_back(r.terminated + 2 * r.truncated);
-    if (r.terminated || r.truncated) env.Reset(seed + 1000 * ++episode, obs);
+    if (r.terminated || r.truncated) env.Reset(seed + 1000 * ++episode, B(obs));
   }
   return trace;
 }
@@ -63,24 +65,24 @@ TEST_CASE("envs: conformance of every registered env", "[envs]") {
       CHECK(a != Rollout(*env, 18, 300));
       // Random rollouts terminate or truncate.
       std::vector<float> obs(spec.obs_size());
-      env->Reset(3, obs);
+      env->Reset(3, B(obs));
       std::mt19937 rng(3);
       std::uniform_int_distribution<int> pick(0, spec.num_actions - 1);
       bool ended = false;
       for (int i = 0; i < 100000 && !ended; ++i) {
-        auto r = env->Step(pick(rng), obs);
+        auto r = env->Step(pick(rng), B(obs));
         ended = r.terminated || r.truncated;
         for (float x : obs) REQUIRE(std::isfinite(x));
       }
       CHECK(ended);
       // Bad input is refused, not acted on.
-      env->Reset(3, obs);
-      CHECK_THROWS_AS(env->Step(-1, obs), std::out_of_range);
-      CHECK_THROWS_AS(env->Step(spec.num_actions, obs), std::out_of_range);
+      env->Reset(3, B(obs));
+      CHECK_THROWS_AS(env->Step(-1, B(obs)), std::out_of_range);
+      CHECK_THROWS_AS(env->Step(spec.num_actions, B(obs)), std::out_of_range);
       std::vector<float> wrong(spec.obs_size() + 1);
-      CHECK_THROWS_AS(env->Reset(3, wrong), std::invalid_argument);
+      CHECK_THROWS_AS(env->Reset(3, B(wrong)), std::invalid_argument);
       auto fresh = Make(name);
-      CHECK_THROWS_AS(fresh->Step(0, obs), std::logic_error);
+      CHECK_THROWS_AS(fresh->Step(0, B(obs)), std::logic_error);
     }
   }
 }
@@ -103,9 +105,9 @@ TEST_CASE("envs: CartPole follows gymnasium's equations on fixed states", "[envs
     for (int action : {0, 1}) {
       CartPole env({});
       std::vector<float> obs(4);
-      env.Reset(1, obs);
+      env.Reset(1, B(obs));
       env.set_state(s);
-      auto r = env.Step(action, obs);
+      auto r = env.Step(action, B(obs));
       const auto want = reference(s, action);
       for (int i = 0; i < 4; ++i) {
         CHECK(env.state()[i] == Approx(want[i]).epsilon(1e-12));
@@ -120,7 +122,7 @@ TEST_CASE("envs: CartPole follows gymnasium's equations on fixed states", "[envs
   CartPole env({});
   std::vector<float> obs(4);
   for (uint64_t seed = 0; seed < 50; ++seed) {
-    env.Reset(seed, obs);
+    env.Reset(seed, B(obs));
     for (float x : obs) CHECK(std::abs(x) <= 0.05f);
   }
 }
@@ -128,13 +130,13 @@ TEST_CASE("envs: CartPole follows gymnasium's equations on fixed states", "[envs
 TEST_CASE("envs: CartPole truncates at 500 steps", "[envs]") {
   CartPole env({});
   std::vector<float> obs(4);
-  env.Reset(1, obs);
+  env.Reset(1, B(obs));
   StepResult r;
   int steps = 0;
   // Balance by pushing toward the pole's lean: a simple controller survives 500 steps.
   do {
     const auto& s = env.state();
-    r = env.Step(s[2] + 0.5 * s[3] > 0 ? 1 : 0, obs);
+    r = env.Step(s[2] + 0.5 * s[3] > 0 ? 1 : 0, B(obs));
     ++steps;
   } while (!r.terminated && !r.truncated);
   CHECK(steps == 500);
@@ -148,7 +150,7 @@ TEST_CASE("envs: Catch rules", "[envs]") {
   stampede::envs::Catch env({});
   std::vector<float> obs(50);
   for (uint64_t seed = 0; seed < 20; ++seed) {
-    env.Reset(seed, obs);
+    env.Reset(seed, B(obs));
     CHECK(env.ball_y() == 0);
     CHECK(env.paddle_x() == 2);
     CHECK(obs[env.ball_x()] == 1.f);
@@ -160,7 +162,7 @@ TEST_CASE("envs: Catch rules", "[envs]") {
     do {
       const int before = env.paddle_x();
       const int action = env.paddle_x() < target ? 2 : env.paddle_x() > target ? 0 : 1;
-      r = env.Step(action, obs);
+      r = env.Step(action, B(obs));
       ++steps;
       CHECK(env.paddle_x() == std::clamp(before + action - 1, 0, 4));
       CHECK(env.ball_y() == steps);
@@ -170,10 +172,10 @@ TEST_CASE("envs: Catch rules", "[envs]") {
     CHECK(r.reward == 1.f);
   }
   // Moving away from the ball loses; the paddle stops at the wall.
-  env.Reset(4, obs);
+  env.Reset(4, B(obs));
   const int away = env.ball_x() <= 2 ? 2 : 0;
   StepResult r;
-  for (int i = 0; i < 9; ++i) r = env.Step(away, obs);
+  for (int i = 0; i < 9; ++i) r = env.Step(away, B(obs));
   CHECK(r.terminated);
   CHECK(r.reward == -1.f);
   CHECK(env.paddle_x() == (away == 2 ? 4 : 0));

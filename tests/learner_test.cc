@@ -10,6 +10,7 @@
 #include "ps/client.h"
 #include "ps/shard.h"
 #include "tests/in_process_shards.h"
+#include "tests/resolved_spec.h"
 #include "wire/zmq_util.h"
 
 using namespace stampede;
@@ -30,6 +31,7 @@ config::Config Base(const std::string& run_dir, int hidden) {
   cfg.mutable_net()->add_hidden_sizes(hidden);
   cfg.mutable_actors()->set_unroll_length(5);
   cfg.mutable_learner()->set_batch_size(2);
+  testing::ResolveSpecInPlace(&cfg);
   return cfg;
 }
 }  // namespace

@@ -11,6 +11,7 @@
 #include "learner/learner.h"
 #include "ps/shard.h"
 #include "tests/in_process_shards.h"
+#include "tests/resolved_spec.h"
 #include "wire/trajectory.h"
 #include "wire/zmq_util.h"
 
@@ -18,24 +19,34 @@ using namespace stampede;
 using wire::DropReason;
 
 namespace {
-wire::TrajectoryBatch MakeGood(int T, int n, int D, int A, int64_t version, uint64_t seed = 1) {
+wire::StepShape Vector(int D, int A) { return wire::StepShape{{D}, wire::DType::kFloat32, A}; }
+
+wire::TrajectoryBatch MakeGood(const wire::StepShape& shape, int T, int n, int64_t version,
+                               uint64_t seed = 1) {
   wire::TrajectoryBatch b;
-  b.Resize(T, n, D, A);
+  b.Resize(T, n, shape);
+  const int A = shape.num_actions;
   *b.meta.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 3, 99);
   b.meta.set_policy_version(version);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0, 1);
   for (auto& x : b.observations) x = nd(rng);
+  for (auto& x : b.observations_u8) x = uint8_t(rng());
   for (auto& x : b.behaviour_logits) x = nd(rng);
   for (auto& x : b.rewards) x = nd(rng);
   for (size_t i = 0; i < b.actions.size(); ++i) {
     b.actions[i] = int(i % A);
     b.terminated[i] = i % 7 == 3;
+    b.valid[i] = i % 5 != 1;
   }
   auto* ep = b.meta.add_episodes();
   ep->set_episode_return(12.5f);
   ep->set_length(40);
   return b;
+}
+
+wire::TrajectoryBatch MakeGood(int T, int n, int D, int A, int64_t version, uint64_t seed = 1) {
+  return MakeGood(Vector(D, A), T, n, version, seed);
 }
 
 struct Pipe {
@@ -55,13 +66,15 @@ struct Pipe {
   }
 };
 
-wire::TrajectoryExpectations Expect(int T, int D, int A, int64_t newest) {
+wire::TrajectoryExpectations Expect(int T, const wire::StepShape& shape, int64_t newest) {
   wire::TrajectoryExpectations e;
   e.unroll_length = T;
-  e.obs_size = D;
-  e.num_actions = A;
+  e.shape = shape;
   e.newest_policy_version = newest;
   return e;
+}
+wire::TrajectoryExpectations Expect(int T, int D, int A, int64_t newest) {
+  return Expect(T, Vector(D, A), newest);
 }
 
 std::vector<zmq::message_t> Copy(const std::vector<zmq::message_t>& parts) {
@@ -75,11 +88,13 @@ TEST_CASE("wire: a trajectory round-trips through ZeroMQ unchanged", "[wire]") {
   Pipe pipe;
   const auto sent = MakeGood(5, 3, 4, 2, 7);
   auto parts = pipe.RoundTrip(sent);
-  CHECK(parts.size() == size_t(wire::kTrajectoryFrames));
+  CHECK(parts.size() == 9);  // header + 8 arrays
   wire::TrajectoryBatch got;
   std::string detail;
   REQUIRE(wire::DecodeTrajectory(parts, Expect(5, 4, 2, 7), &got, &detail) == DropReason::kNone);
   CHECK(got.observations == sent.observations);
+  CHECK(got.valid == sent.valid);
+  CHECK(got.valid_steps() == 12);  // hand-computed: i % 5 != 1 for i in [0, 15)
   CHECK(got.actions == sent.actions);
   CHECK(got.rewards == sent.rewards);
   CHECK(got.terminated == sent.terminated);
@@ -87,6 +102,39 @@ TEST_CASE("wire: a trajectory round-trips through ZeroMQ unchanged", "[wire]") {
   CHECK(got.behaviour_logits == sent.behaviour_logits);
   CHECK(got.truncation_values == sent.truncation_values);
   CHECK(got.meta.SerializeAsString() == sent.meta.SerializeAsString());
+}
+
+TEST_CASE("wire: uint8 pixel trajectories travel as uint8 and round-trip", "[wire]") {
+  Pipe pipe;
+  const wire::StepShape pixels{{4, 6, 5}, wire::DType::kUint8, 3};
+  const auto sent = MakeGood(pixels, 5, 2, 0);
+  REQUIRE(sent.observations.empty());
+  REQUIRE(sent.observations_u8.size() == size_t(6 * 2 * 4 * 6 * 5));
+  auto parts = pipe.RoundTrip(sent);
+  // The observation frame is one byte per pixel: 4x fewer bytes than float32.
+  CHECK(parts[1].size() == size_t(6 * 2 * 120));
+  const auto as_float = MakeGood(wire::StepShape{{4, 6, 5}, wire::DType::kFloat32, 3}, 5, 2, 0);
+  CHECK(pipe.RoundTrip(as_float)[1].size() == 4 * parts[1].size());
+  wire::TrajectoryBatch got;
+  std::string detail;
+  REQUIRE(wire::DecodeTrajectory(parts, Expect(5, pixels, 0), &got, &detail) == DropReason::kNone);
+  CHECK(got.observations_u8 == sent.observations_u8);
+  CHECK(got.shape == pixels);
+  CHECK(got.behaviour_logits == sent.behaviour_logits);
+  // The header names each array's dtype and shape.
+  const auto& obs_header = sent.meta.arrays(0);
+  CHECK(obs_header.name() == "observations");
+  CHECK(obs_header.dtype() == wire::ARRAY_UINT8);
+  CHECK(std::vector<int64_t>(obs_header.shape().begin(), obs_header.shape().end()) ==
+        std::vector<int64_t>{6, 2, 4, 6, 5});
+  // A float32 trajectory where the resolved spec says uint8 is refused, naming both.
+  CHECK(wire::DecodeTrajectory(pipe.RoundTrip(as_float), Expect(5, pixels, 0), &got, &detail) ==
+        DropReason::kShape);
+  CHECK_THAT(detail, Catch::Contains("float32 [6, 2, 4, 6, 5], expected uint8 [6, 2, 4, 6, 5]"));
+  // So is another observation shape.
+  const auto wide = MakeGood(wire::StepShape{{4, 6, 6}, wire::DType::kUint8, 3}, 5, 2, 0);
+  CHECK(wire::DecodeTrajectory(pipe.RoundTrip(wide), Expect(5, pixels, 0), &got, &detail) ==
+        DropReason::kShape);
 }
 
 TEST_CASE("wire: PS requests, parameter slices and status round-trip", "[wire]") {
@@ -153,23 +201,36 @@ TEST_CASE("wire: bad trajectories are rejected with the reason", "[wire]") {
     auto parts = Copy(good);
     parts.pop_back();
     CHECK(reason_for(parts) == DropReason::kMalformed);
-    CHECK_THAT(detail, Catch::Contains("expected 8 frames, got 7"));
+    CHECK_THAT(detail, Catch::Contains("header describes 8 arrays, but 7 frames follow it"));
   }
   SECTION("a truncated header") {
     auto parts = Copy(good);
     parts[0] = zmq::message_t(parts[0].data(), parts[0].size() - 3);
     CHECK(reason_for(parts) == DropReason::kMalformed);
   }
-  SECTION("a truncated array") {
+  SECTION("a truncated array: the frame disagrees with its header") {
     auto parts = Copy(good);
     parts[1] = zmq::message_t(parts[1].data(), parts[1].size() - 4);
-    CHECK(reason_for(parts) == DropReason::kShape);
+    CHECK(reason_for(parts) == DropReason::kMalformed);
+    CHECK_THAT(detail, Catch::Contains("\"observations\": header says [6, 3, 4]") &&
+                           Catch::Contains("the frame has 284 bytes"));
+  }
+  SECTION("a header whose dtype disagrees with the frame") {
+    auto b = MakeGood(5, 3, 4, 2, 7);
+    b.meta.mutable_arrays(1)->set_dtype(wire::ARRAY_UINT8);  // actions: 4-byte ints sent
+    CHECK(reason_for(pipe.RoundTrip(b)) == DropReason::kMalformed);
+  }
+  SECTION("an array the protocol does not know") {
+    auto b = MakeGood(5, 3, 4, 2, 7);
+    b.meta.mutable_arrays(3)->set_name("surprise");
+    CHECK(reason_for(pipe.RoundTrip(b)) == DropReason::kMalformed);
+    CHECK_THAT(detail, Catch::Contains("\"surprise\", expected \"terminated\""));
   }
   SECTION("another protocol version") {
     auto b = MakeGood(5, 3, 4, 2, 7);
-    b.meta.mutable_sender()->set_protocol_version(2);
+    b.meta.mutable_sender()->set_protocol_version(1);
     CHECK(reason_for(pipe.RoundTrip(b)) == DropReason::kProtocol);
-    CHECK_THAT(detail, Catch::Contains("protocol version 2") && Catch::Contains("speaks version 1"));
+    CHECK_THAT(detail, Catch::Contains("protocol version 1") && Catch::Contains("speaks version 2"));
   }
   SECTION("a wrong unroll length") {
     CHECK(reason_for(pipe.RoundTrip(MakeGood(6, 3, 4, 2, 7))) == DropReason::kShape);
@@ -210,6 +271,7 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
   cfg.mutable_learner()->set_queue_capacity(16);
   cfg.mutable_stop()->set_total_env_frames(1000000000);
   cfg.mutable_ps()->set_num_shards(2);
+  testing::ResolveSpecInPlace(&cfg);
   testing::InProcessShards servers(ctx, 2);
   auto& shards = servers.shards;
   for (const auto& ep : servers.endpoints) cfg.mutable_cluster()->add_ps(ep);
@@ -221,15 +283,19 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
   push.set(zmq::sockopt::linger, 0);
   push.connect(learner.endpoint());
 
-  const int D = 50, A = 3;
-  auto good = [&](uint64_t seed) { return MakeGood(5, 2, D, A, 0, seed); };
+  const wire::StepShape catch_shape{{10, 5}, wire::DType::kFloat32, 3};
+  auto good = [&](uint64_t seed) {
+    auto b = MakeGood(catch_shape, 5, 2, 0, seed);
+    std::fill(b.valid.begin(), b.valid.end(), 1);
+    return b;
+  };
   int sent_bad = 0;
   for (int round = 0; round < 30; ++round) {
     REQUIRE(wire::SendTrajectory(push, good(round)));
     auto nan = good(round);
     nan.rewards[1] = std::numeric_limits<float>::quiet_NaN();
     REQUIRE(wire::SendTrajectory(push, nan));
-    auto shape = MakeGood(4, 2, D, A, 0, round);
+    auto shape = MakeGood(catch_shape, 4, 2, 0, round);
     REQUIRE(wire::SendTrajectory(push, shape));
     auto version = good(round);
     version.meta.mutable_sender()->set_protocol_version(9);

@@ -4,7 +4,8 @@
 #include <cstdio>
 
 #include "actors/actor.h"
-#include "envs/env.h"
+#include "actors/env_source.h"
+#include "envs/vector_env.h"
 #include "envs/rng.h"
 #include "learner/batch.h"
 #include "learner/loss.h"
@@ -31,32 +32,36 @@ int RunBench(const BenchOptions& opt) {
   config::Config cfg = loaded.config;
   std::printf("stampede bench: env %s, config %s\n", cfg.env().name().c_str(), opt.config_path.c_str());
 
-  // 1. Raw env steps/s, one env, one core, random actions.
+  // 1. Raw env steps/s: the actor's E envs as one vector env, random actions, one core.
   {
-    envs::EnvOptions eo;
-    eo.max_episode_steps = cfg.env().max_episode_steps();
-    auto env = envs::MakeEnv(cfg.env().name(), eo, &error);
+    const int E = cfg.actors().envs_per_actor();
+    auto env = envs::MakeVectorEnv(actors::EnvSourceFromConfig(cfg), E, &error);
     if (!env) {
       std::fprintf(stderr, "%s\n", error.c_str());
       return 2;
     }
-    std::vector<float> obs(env->spec().obs_size());
+    const size_t obs_bytes = size_t(env->spec().obs_bytes());
+    std::vector<std::byte> obs(E * obs_bytes), final_obs(E * obs_bytes);
+    std::vector<float> rewards(E);
+    std::vector<uint8_t> terminated(E), truncated(E), valid(E);
+    std::vector<int32_t> actions(E);
+    envs::VectorStep step{obs.data(), rewards.data(), terminated.data(), truncated.data(),
+                          valid.data(), final_obs.data()};
     envs::SplitMix64 rng(1);
-    const uint64_t A = uint64_t(env->spec().num_actions);
-    uint64_t seed = 1;
-    env->Reset(seed++, obs);
+    const uint64_t A = uint64_t(std::max(1, env->spec().num_actions));
+    env->Reset(1, obs.data());
     int64_t steps = 0;
     const auto start = Clock::now();
     double elapsed = 0;
     while ((elapsed = Since(start)) < opt.seconds) {
-      for (int i = 0; i < 4096; ++i) {
-        auto r = env->Step(int(rng() % A), obs);
-        if (r.terminated || r.truncated) env->Reset(seed++, obs);
+      for (int i = 0; i < 64; ++i) {
+        for (auto& a : actions) a = int32_t(rng() % A);
+        env->Step(actions.data(), step);
       }
-      steps += 4096;
+      steps += 64 * E;
     }
-    std::printf("  env steps/s (1 core, random actions):           %12.0f  (%.1f ns/step; limit ~15 ns/step)\n",
-                steps / elapsed, 1e9 * elapsed / steps);
+    std::printf("  env steps/s (1 core, %d envs, random actions):   %12.0f  (%.1f ns/step; C++ CartPole limit ~15 ns/step)\n",
+                E, steps / elapsed, 1e9 * elapsed / steps);
   }
 
   // 2. Actor steps/s: E envs, batched inference, sampling, unroll assembly; no sockets.
@@ -88,7 +93,7 @@ int RunBench(const BenchOptions& opt) {
     const int T = cfg.actors().unroll_length(), B = cfg.learner().batch_size();
     // A batch of real unrolls from the actor core (a column per env, as the learner forms them).
     learner::Batch batch;
-    batch.Resize(T, B, spec.obs_size, spec.num_actions);
+    batch.Resize(T, B, core->shape());
     wire::TrajectoryBatch unrolls;
     for (int b = 0; b < B; ++b) {
       if (b % cfg.actors().envs_per_actor() == 0) core->CollectUnroll(params, 0, &unrolls);

@@ -1,4 +1,5 @@
 #include "tools/coordinator.h"
+#include "tools/spec.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -507,6 +508,16 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
 RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   RunResult result;
   ResolveRunConfig(&cfg, opt);
+  {
+    // Before any process or socket starts: a missing plug-in, a bad kwarg or an
+    // unsupported space stops the run here.
+    std::string error;
+    if (!ResolveEnvSpec(SelfExe(), &cfg, &error)) {
+      std::fprintf(stderr, "stampede: %s\n", error.c_str());
+      result.exit_code = 2;
+      return result;
+    }
+  }
   if (fs::exists(cfg.run_dir() + "/metrics.jsonl")) {
     std::fprintf(stderr,
                  "stampede: %s already holds a run (metrics.jsonl); choose another --run-dir or "

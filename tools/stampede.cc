@@ -1,5 +1,6 @@
 // The one Stampede binary: `stampede run CONFIG` (the coordinator), the single roles
-// (`actor`, `learner`, `ps`) for launching by hand or by a cluster manager, and `bench`.
+// (`actor`, `learner`, `ps`) for launching by hand or by a cluster manager, `spec` (the
+// env's resolved spec) and `bench`.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "tools/coordinator.h"
 #include "tools/roles.h"
 #include "tools/signals.h"
+#include "tools/spec.h"
 #include "wire/config.h"
 
 namespace {
@@ -21,6 +23,7 @@ bool Load(const std::string& path, const std::vector<std::string>& sets,
     std::fprintf(stderr, "%s\n", error.c_str());
     return false;
   }
+  if (!out->config.env().plugin().empty() || !out->config.env().gym_id().empty()) return true;
   const auto names = stampede::envs::RegisteredEnvs();
   if (std::find(names.begin(), names.end(), out->config.env().name()) == names.end()) {
     std::string known;
@@ -58,6 +61,9 @@ int main(int argc, char** argv) {
   std::string run_dir;
   run->add_option("--run-dir", run_dir, "Run directory (same as --set run_dir=...)");
 
+  auto* spec = app.add_subcommand("spec", "Print the env's resolved spec (what `run` writes into the config)");
+  spec->add_option("config", config_path, "Config file (protobuf text format)")->required();
+
   std::vector<CLI::App*> roles;
   for (const char* role : {"actor", "learner", "ps"}) {
     auto* sub = app.add_subcommand(role, std::string("Run one ") + role + " process");
@@ -74,7 +80,7 @@ int main(int argc, char** argv) {
   bench->add_option("--fleet-frames", bench_opt.fleet_frames,
                     "Frame budget of the end-to-end fleet run (0 skips it)")
       ->default_val(1000000);
-  for (auto* sub : {run, roles[0], roles[1], roles[2], bench}) {
+  for (auto* sub : {run, spec, roles[0], roles[1], roles[2], bench}) {
     // One value per --set, so `--set a=1 CONFIG` leaves CONFIG to the positional.
     sub->add_option("--set", sets, "Override a config field: path=value (repeatable)")
         ->allow_extra_args(false);
@@ -88,6 +94,11 @@ int main(int argc, char** argv) {
     stampede::tools::RunOptions opt;
     opt.config_name = std::filesystem::path(config_path).stem().string();
     return stampede::tools::RunCoordinator(loaded.config, opt).exit_code;
+  }
+  if (spec->parsed()) {
+    stampede::LoadedConfig loaded;
+    if (!Load(config_path, sets, &loaded)) return 2;
+    return stampede::tools::RunSpecCommand(loaded.config);
   }
   if (bench->parsed()) {
     bench_opt.sets = sets;

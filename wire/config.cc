@@ -290,6 +290,7 @@ constexpr Range kRanges[] = {
     {"actors.unroll_length", 1, 10000, false, true},
     {"actors.first_params_timeout_s", 0, 1e6, true, false},
     {"learner.batch_size", 1, 65536, false, true},
+    {"learner.reward_clip", 0, 1e9, false, false},
     {"learner.discount", 0, 1, false, false},
     {"learner.lambda", 0, 1, false, false},
     {"learner.clip_rho_threshold", -1e9, 1e9, false, false},
@@ -338,6 +339,17 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              "\" is not known, expected \"relu\" or \"tanh\"";
     return false;
   }
+  if (!c.env().plugin().empty() && !c.env().gym_id().empty()) {
+    *error = loaded.Where("env.gym_id") + ": env: both plugin and gym_id are set, expected one "
+             "(a plug-in library, a gymnasium id, or neither for a built-in env)";
+    return false;
+  }
+  const std::string vec = c.env().gym_vectorization();
+  if (vec != "" && vec != "sync") {
+    *error = loaded.Where("env.gym_vectorization") + ": env.gym_vectorization: \"" + vec +
+             "\" is not known, expected \"\" (the env's own vector env) or \"sync\"";
+    return false;
+  }
   if (c.learner().queue_capacity() < c.learner().batch_size()) {
     *error = loaded.Where("learner.queue_capacity") + ": learner.queue_capacity: " +
              std::to_string(c.learner().queue_capacity()) +
@@ -359,6 +371,37 @@ std::string ConfigToText(const config::Config& cfg) {
   pb::TextFormat::Printer printer;
   printer.PrintToString(cfg, &out);
   return out;
+}
+
+bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out, std::string* error) {
+  if (!cfg.env().has_resolved_spec()) {
+    *error = "the config has no env.resolved_spec: start roles from the RUN_DIR/config.textproto "
+             "that `stampede run` writes, or add the spec that `stampede spec CONFIG` prints";
+    return false;
+  }
+  const config::EnvSpec& s = cfg.env().resolved_spec();
+  if (s.action_kind() != config::DISCRETE) {
+    *error = "env " + s.name() + " has a " +
+             (s.action_kind() == config::BOX ? std::string("continuous (box)") : std::string("multi-discrete")) +
+             " action space; Stampede's networks have discrete-action heads only (box and "
+             "multi-discrete heads come with the networks work)";
+    return false;
+  }
+  if (s.obs_shape_size() < 1 || s.obs_shape_size() > 3 || s.num_actions() <= 0) {
+    *error = "env.resolved_spec: observation rank " + std::to_string(s.obs_shape_size()) + " and " +
+             std::to_string(s.num_actions()) + " actions, expected rank 1 to 3 and at least one action";
+    return false;
+  }
+  out->obs_shape.assign(s.obs_shape().begin(), s.obs_shape().end());
+  for (int d : out->obs_shape) {
+    if (d <= 0) {
+      *error = "env.resolved_spec: observation dimension " + std::to_string(d) + " is not positive";
+      return false;
+    }
+  }
+  out->obs_dtype = s.obs_dtype() == config::UINT8 ? wire::DType::kUint8 : wire::DType::kFloat32;
+  out->num_actions = s.num_actions();
+  return true;
 }
 
 std::vector<int> HiddenSizes(const config::Config& cfg) {

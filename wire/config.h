@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "wire/config.pb.h"
+#include "wire/unrolls.h"
 
 
 namespace stampede {
@@ -55,6 +56,12 @@ class LoadedConfig {
 
 // The config as protobuf text (what `stampede run` writes to RUN_DIR/config.textproto).
 std::string ConfigToText(const config::Config& cfg);
+
+// The trajectory shape from the config's resolved env spec (env.resolved_spec, which
+// `stampede run` fills in). False with an error that says how to get one when the
+// config has none, or when the spec's action space has no network head yet.
+[[nodiscard]] bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out,
+                                     std::string* error);
 
 // Hidden sizes with the default ([64, 64]) applied.
 std::vector<int> HiddenSizes(const config::Config& cfg);

@@ -7,23 +7,72 @@
 
 namespace stampede::wire {
 
-void TrajectoryBatch::Resize(int unroll_length, int num_unrolls, int obs_size, int num_actions) {
-  Unrolls::Resize(unroll_length, num_unrolls, obs_size, num_actions);
-  meta.set_unroll_length(unroll_length);
-  meta.set_num_unrolls(num_unrolls);
-  meta.set_obs_size(obs_size);
-  meta.set_num_actions(num_actions);
+const char* DTypeName(DType d) {
+  switch (d) {
+    case DType::kFloat32: return "float32";
+    case DType::kUint8: return "uint8";
+    case DType::kInt32: return "int32";
+  }
+  return "unknown";
 }
 
-int64_t TrajectoryBytes(int T, int n, int D, int A) {
+namespace {
+template <class T>
+ArrayView View(const char* name, DType dtype, std::vector<int64_t> shape, std::vector<T>& v) {
+  return ArrayView{name, dtype, std::move(shape), v.data(), v.size() * sizeof(T)};
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+template <class Repeated>
+std::vector<int64_t> ToVector(const Repeated& r) {
+  return std::vector<int64_t>(r.begin(), r.end());
+}
+}  // namespace
+
+std::vector<ArrayView> Arrays(Unrolls& u) {
+  const int64_t T = u.T(), n = u.n(), A = u.num_actions;
+  std::vector<int64_t> obs_shape{T + 1, n};
+  for (int d : u.shape.obs_shape) obs_shape.push_back(d);
+  std::vector<ArrayView> v;
+  if (u.uint8_obs()) {
+    v.push_back(View("observations", DType::kUint8, obs_shape, u.observations_u8));
+  } else {
+    v.push_back(View("observations", DType::kFloat32, obs_shape, u.observations));
+  }
+  v.push_back(View("actions", DType::kInt32, {T, n}, u.actions));
+  v.push_back(View("rewards", DType::kFloat32, {T, n}, u.rewards));
+  v.push_back(View("terminated", DType::kUint8, {T, n}, u.terminated));
+  v.push_back(View("truncated", DType::kUint8, {T, n}, u.truncated));
+  v.push_back(View("valid", DType::kUint8, {T, n}, u.valid));
+  v.push_back(View("behaviour_logits", DType::kFloat32, {T, n, A}, u.behaviour_logits));
+  v.push_back(View("truncation_values", DType::kFloat32, {T, n}, u.truncation_values));
+  return v;
+}
+
+void TrajectoryBatch::Resize(int T, int n, const StepShape& s) {
+  Unrolls::Resize(T, n, s);
+  meta.clear_arrays();
+  for (const ArrayView& a : Arrays(*this)) {
+    ArrayHeader* h = meta.add_arrays();
+    h->set_name(a.name);
+    h->set_dtype(ArrayType(int(a.dtype)));
+    for (int64_t d : a.shape) h->add_shape(d);
+  }
+}
+
+int64_t TrajectoryBytes(int T, int n, const StepShape& s) {
   const int64_t tn = int64_t(T) * n;
-  return (tn + n) * D * 4 + tn * (4 + 4 + 1 + 1 + 4) + tn * A * 4;
+  return (tn + n) * int64_t(s.obs_bytes()) + tn * (4 + 4 + 1 + 1 + 1 + 4) + tn * s.num_actions * 4;
 }
 
 bool SendTrajectory(zmq::socket_t& socket, const TrajectoryBatch& b) {
-  const Frame frames[] = {AsFrame(b.observations), AsFrame(b.actions),   AsFrame(b.rewards),
-                          AsFrame(b.terminated),   AsFrame(b.truncated), AsFrame(b.behaviour_logits),
-                          AsFrame(b.truncation_values)};
+  std::vector<Frame> frames;
+  for (const ArrayView& a : Arrays(const_cast<TrajectoryBatch&>(b))) frames.push_back({a.data, a.bytes});
   return SendMessage(socket, b.meta, frames);
 }
 
@@ -41,14 +90,6 @@ const char* DropReasonName(DropReason reason) {
 }
 
 namespace {
-template <class T>
-bool CopyFrame(const zmq::message_t& part, size_t count, std::vector<T>* out) {
-  if (part.size() != count * sizeof(T)) return false;
-  out->resize(count);
-  if (count) std::memcpy(out->data(), part.data(), part.size());
-  return true;
-}
-
 bool AllFinite(const std::vector<float>& v) {
   for (float x : v) {
     if (!std::isfinite(x)) return false;
@@ -60,12 +101,7 @@ bool AllFinite(const std::vector<float>& v) {
 DropReason DecodeTrajectory(const std::vector<zmq::message_t>& parts,
                             const TrajectoryExpectations& expect, TrajectoryBatch* out,
                             std::string* detail) {
-  if (parts.size() != size_t(kTrajectoryFrames)) {
-    *detail = "expected " + std::to_string(kTrajectoryFrames) + " frames, got " +
-              std::to_string(parts.size());
-    return DropReason::kMalformed;
-  }
-  if (!ParseFrame(parts[0], &out->meta)) {
+  if (parts.empty() || !ParseFrame(parts[0], &out->meta)) {
     *detail = "header frame is not a valid Trajectory message";
     return DropReason::kMalformed;
   }
@@ -74,44 +110,73 @@ DropReason DecodeTrajectory(const std::vector<zmq::message_t>& parts,
     *detail = err;
     return DropReason::kProtocol;
   }
-  if (m.unroll_length() != expect.unroll_length) {
-    *detail = "unroll length " + std::to_string(m.unroll_length()) + ", expected " +
+  if (parts.size() != size_t(m.arrays_size()) + 1) {
+    *detail = "header describes " + std::to_string(m.arrays_size()) + " arrays, but " +
+              std::to_string(parts.size() - 1) + " frames follow it";
+    return DropReason::kMalformed;
+  }
+  // T and n from the rewards array; everything else must then match the spec exactly.
+  int64_t T = -1, n = -1;
+  for (const auto& h : m.arrays()) {
+    if (h.name() == "rewards" && h.shape_size() == 2) T = h.shape(0), n = h.shape(1);
+  }
+  if (T < 0) {
+    *detail = "header has no [T, n] \"rewards\" array";
+    return DropReason::kMalformed;
+  }
+  if (T != expect.unroll_length) {
+    *detail = "unroll length " + std::to_string(T) + ", expected " +
               std::to_string(expect.unroll_length) + " (actors.unroll_length)";
     return DropReason::kShape;
   }
-  if (m.obs_size() != expect.obs_size || m.num_actions() != expect.num_actions) {
-    *detail = "observation size " + std::to_string(m.obs_size()) + " and " +
-              std::to_string(m.num_actions()) + " actions, expected " +
-              std::to_string(expect.obs_size) + " and " + std::to_string(expect.num_actions) +
-              " (the env's spec)";
+  if (n <= 0 || n > 1 << 20) {
+    *detail = "num_unrolls " + std::to_string(n) + " is not in [1, 2^20]";
     return DropReason::kShape;
   }
-  if (m.num_unrolls() <= 0 || m.num_unrolls() > 1 << 20) {
-    *detail = "num_unrolls " + std::to_string(m.num_unrolls()) + " is not in [1, 2^20]";
-    return DropReason::kShape;
+  out->Unrolls::Resize(int(T), int(n), expect.shape);
+  std::vector<ArrayView> want = Arrays(*out);
+  if (size_t(m.arrays_size()) != want.size()) {
+    *detail = "header describes " + std::to_string(m.arrays_size()) + " arrays, expected " +
+              std::to_string(want.size());
+    return DropReason::kMalformed;
   }
-  const size_t T = size_t(m.unroll_length()), n = size_t(m.num_unrolls());
-  const size_t D = size_t(m.obs_size()), A = size_t(m.num_actions());
-  out->unroll_length = m.unroll_length();
-  out->num_unrolls = m.num_unrolls();
-  out->obs_size = m.obs_size();
-  out->num_actions = m.num_actions();
-  const size_t tn = T * n;
-  if (!CopyFrame(parts[1], (T + 1) * n * D, &out->observations) ||
-      !CopyFrame(parts[2], tn, &out->actions) || !CopyFrame(parts[3], tn, &out->rewards) ||
-      !CopyFrame(parts[4], tn, &out->terminated) || !CopyFrame(parts[5], tn, &out->truncated) ||
-      !CopyFrame(parts[6], tn * A, &out->behaviour_logits) ||
-      !CopyFrame(parts[7], tn, &out->truncation_values)) {
-    *detail = "array frame sizes do not match T=" + std::to_string(T) + ", n=" +
-              std::to_string(n) + ", obs_size=" + std::to_string(D) + ", actions=" +
-              std::to_string(A);
-    return DropReason::kShape;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const ArrayHeader& h = m.arrays(int(i));
+    const ArrayView& a = want[i];
+    if (h.name() != a.name) {
+      *detail = "array " + std::to_string(i) + " is \"" + h.name() + "\", expected \"" + a.name + "\"";
+      return DropReason::kMalformed;
+    }
+    // What the header claims must agree with the frame's bytes...
+    int64_t elements = 1;
+    bool sane = h.shape_size() <= 8;
+    for (int64_t d : h.shape()) {
+      sane = sane && d >= 0 && d <= (int64_t(1) << 40);
+      if (sane) elements *= d;
+      sane = sane && elements <= (int64_t(1) << 40);
+    }
+    const int dsize = h.dtype() == ARRAY_UINT8 ? 1 : (h.dtype() == ARRAY_FLOAT32 || h.dtype() == ARRAY_INT32) ? 4 : 0;
+    if (!sane || dsize == 0 || parts[i + 1].size() != size_t(elements) * dsize) {
+      *detail = "\"" + h.name() + "\": header says " + ShapeText(ToVector(h.shape())) + " of dtype " +
+                std::to_string(int(h.dtype())) + ", but the frame has " +
+                std::to_string(parts[i + 1].size()) + " bytes";
+      return DropReason::kMalformed;
+    }
+    // ...and with the resolved spec.
+    if (int(h.dtype()) != int(a.dtype) || ToVector(h.shape()) != a.shape) {
+      *detail = "\"" + h.name() + "\" is " + DTypeName(DType(int(h.dtype()))) + " " +
+                ShapeText(ToVector(h.shape())) + ", expected " + DTypeName(a.dtype) + " " +
+                ShapeText(a.shape) + " (the resolved env spec)";
+      return DropReason::kShape;
+    }
+    if (a.bytes) std::memcpy(a.data, parts[i + 1].data(), a.bytes);
   }
   if (!AllFinite(out->observations) || !AllFinite(out->rewards) ||
       !AllFinite(out->behaviour_logits) || !AllFinite(out->truncation_values)) {
     *detail = "non-finite number (NaN or infinity) in observations, rewards or logits";
     return DropReason::kNonFinite;
   }
+  const size_t tn = size_t(T) * n, A = size_t(out->num_actions);
   for (size_t i = 0; i < tn; ++i) {
     if (out->actions[i] < 0 || size_t(out->actions[i]) >= A) {
       *detail = "action " + std::to_string(out->actions[i]) + " at index " + std::to_string(i) +

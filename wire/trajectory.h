@@ -1,5 +1,6 @@
-// The trajectory message: an actor's batch of n unrolls, time-major, and the checks a
-// learner applies before it accepts one.
+// The trajectory message: an actor's batch of n unrolls, time-major, whose frames
+// describe themselves (name, dtype, shape in the header), and the checks a learner
+// applies before it accepts one.
 #pragma once
 
 #include <cstdint>
@@ -14,34 +15,45 @@
 namespace stampede::wire {
 
 // An actor's trajectory message: the unroll arrays plus the header (sender, policy
-// version, episodes). The actor fills one in place and sends it; the learner decodes
-// received frames into one.
+// version, episodes, array descriptions). The actor fills one in place and sends it;
+// the learner decodes received frames into one.
 struct TrajectoryBatch : Unrolls {
   Trajectory meta;
-  // Sizes the arrays and sets the header's shape fields to match.
-  void Resize(int unroll_length, int num_unrolls, int obs_size, int num_actions);
+  // Sizes the arrays and describes them in the header.
+  void Resize(int unroll_length, int num_unrolls, const StepShape& shape);
+  void Resize(int unroll_length, int num_unrolls, int obs_size, int num_actions) {
+    Resize(unroll_length, num_unrolls, StepShape{{obs_size}, DType::kFloat32, num_actions});
+  }
 };
 
-inline constexpr int kTrajectoryFrames = 8;  // header + 7 arrays
+// One array of an Unrolls as it travels: a name, element type, shape and bytes.
+struct ArrayView {
+  const char* name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  void* data;
+  size_t bytes;
+};
+// Every array of `u`, in frame order (the names messages.proto lists).
+std::vector<ArrayView> Arrays(Unrolls& u);
 
 // Bytes of the array frames of one trajectory message (the header adds a little).
-int64_t TrajectoryBytes(int unroll_length, int num_unrolls, int obs_size, int num_actions);
+int64_t TrajectoryBytes(int unroll_length, int num_unrolls, const StepShape& shape);
 
 [[nodiscard]] bool SendTrajectory(zmq::socket_t& socket, const TrajectoryBatch& batch);
 
-// What the learner expects of every trajectory.
+// What the learner expects of every trajectory (from the config's resolved env spec).
 struct TrajectoryExpectations {
   int unroll_length = 0;
-  int obs_size = 0;
-  int num_actions = 0;
+  StepShape shape;
   int64_t newest_policy_version = 0;  // a trajectory may not claim a newer one
 };
 
 enum class DropReason {
   kNone = 0,
-  kMalformed,       // wrong frame count, unparsable header, array sizes that do not match
+  kMalformed,       // unparsable header, frames that disagree with the header's arrays
   kProtocol,        // another protocol version
-  kShape,           // unroll length / obs size / actions differ from the spec
+  kShape,           // unroll length / observation dtype or shape / actions differ from the spec
   kNonFinite,       // NaN or infinity in observations, rewards or logits
   kBadAction,       // action outside [0, num_actions)
   kFutureVersion,   // policy version newer than the learner's

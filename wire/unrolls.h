@@ -5,39 +5,87 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace stampede::wire {
 
+// Element types; the numbers are messages.proto's DType and envs::DType.
+enum class DType : int { kFloat32 = 1, kUint8 = 2, kInt32 = 3 };
+inline int DTypeSize(DType d) { return d == DType::kUint8 ? 1 : 4; }
+const char* DTypeName(DType d);
+
+// The shape of one unroll step: what the resolved env spec says.
+struct StepShape {
+  std::vector<int> obs_shape;
+  DType obs_dtype = DType::kFloat32;
+  int num_actions = 0;
+  int obs_size() const {
+    int n = 1;
+    for (int d : obs_shape) n *= d;
+    return n;
+  }
+  size_t obs_bytes() const { return size_t(obs_size()) * DTypeSize(obs_dtype); }
+  bool operator==(const StepShape&) const = default;
+};
+
 struct Unrolls {
   int unroll_length = 0;  // T
   int num_unrolls = 0;    // n
-  int obs_size = 0;
-  int num_actions = 0;
-  std::vector<float> observations;        // [T+1, n, obs_size]
+  StepShape shape;
+  int obs_size = 0;       // shape.obs_size()
+  int num_actions = 0;    // shape.num_actions
+  // [T+1, n, obs_size] in the spec's dtype: exactly one of these is used.
+  std::vector<float> observations;        // float32 observations
+  std::vector<uint8_t> observations_u8;   // uint8 observations (pixels)
   std::vector<int32_t> actions;           // [T, n]
   std::vector<float> rewards;             // [T, n]
   std::vector<uint8_t> terminated;        // [T, n]
   std::vector<uint8_t> truncated;         // [T, n]
+  std::vector<uint8_t> valid;             // [T, n]: 0 where the step only reset the env
   std::vector<float> behaviour_logits;    // [T, n, num_actions]
   std::vector<float> truncation_values;   // [T, n]: behaviour value of the final
                                           // observation where truncated, else 0
 
   int T() const { return unroll_length; }
   int n() const { return num_unrolls; }
-  int64_t frames() const { return int64_t(unroll_length) * num_unrolls; }
+  bool uint8_obs() const { return shape.obs_dtype == DType::kUint8; }
+  // Steps that are transitions (valid), i.e. agent steps taken.
+  int64_t valid_steps() const {
+    int64_t k = 0;
+    for (uint8_t v : valid) k += v;
+    return k;
+  }
+  // Start of observation row `row` (0 .. (T+1)*n-1) as bytes.
+  std::byte* obs_row(size_t row) {
+    return uint8_obs() ? reinterpret_cast<std::byte*>(&observations_u8[row * obs_size])
+                       : reinterpret_cast<std::byte*>(&observations[row * obs_size]);
+  }
+  const std::byte* obs_row(size_t row) const { return const_cast<Unrolls*>(this)->obs_row(row); }
 
-  // Sizes every array for the given shape and zeroes it.
-  void Resize(int T, int n, int obs_size_, int num_actions_) {
-    unroll_length = T, num_unrolls = n, obs_size = obs_size_, num_actions = num_actions_;
-    const size_t tn = size_t(T) * n;
-    observations.assign((tn + n) * obs_size, 0.f);
+  // Sizes every array for the given shape and zeroes it (valid set to 1).
+  void Resize(int T, int n, const StepShape& s) {
+    unroll_length = T, num_unrolls = n, shape = s;
+    obs_size = s.obs_size(), num_actions = s.num_actions;
+    const size_t tn = size_t(T) * n, obs = (tn + n) * size_t(obs_size);
+    if (uint8_obs()) {
+      observations.clear();
+      observations_u8.assign(obs, 0);
+    } else {
+      observations_u8.clear();
+      observations.assign(obs, 0.f);
+    }
     actions.assign(tn, 0);
     rewards.assign(tn, 0.f);
     terminated.assign(tn, 0);
     truncated.assign(tn, 0);
+    valid.assign(tn, 1);
     behaviour_logits.assign(tn * num_actions, 0.f);
     truncation_values.assign(tn, 0.f);
+  }
+  // Float32 vector observations: the layout of protocol 1's tests and built-in envs.
+  void Resize(int T, int n, int obs_size_, int num_actions_) {
+    Resize(T, n, StepShape{{obs_size_}, DType::kFloat32, num_actions_});
   }
 };
 

@@ -1,0 +1,21 @@
+// Tests that start a learner directly fill env.resolved_spec the way `stampede run`
+// does: from the env itself.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include "actors/env_source.h"
+#include "envs/vector_env.h"
+#include "wire/config.pb.h"
+
+namespace stampede::testing {
+
+inline void ResolveSpecInPlace(config::Config* cfg) {
+  envs::EnvSpec spec;
+  std::string error;
+  INFO(error);
+  REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(*cfg), &spec, &error));
+  *cfg->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
+}
+
+}  // namespace stampede::testing

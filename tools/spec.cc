@@ -1,0 +1,100 @@
+#include "tools/spec.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <google/protobuf/text_format.h>
+
+#include "actors/env_source.h"
+#include "envs/vector_env.h"
+#include "wire/config.h"
+
+namespace stampede::tools {
+
+int RunSpecCommand(const config::Config& cfg) {
+  const envs::EnvSource source = actors::EnvSourceFromConfig(cfg);
+  envs::EnvSpec spec;
+  std::string error;
+  int code = 0;
+  if (!envs::ResolveSpec(source, &spec, &error)) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    code = 2;
+  } else {
+    std::string text;
+    google::protobuf::TextFormat::PrintToString(actors::SpecToProto(spec), &text);
+    std::fputs(text.c_str(), stdout);
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // A Python env may have started threads of its own: leave without running exit-time
+  // destructors (the interpreter is never finalised).
+  ::_exit(code);
+}
+
+namespace {
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::string* error) {
+  config::EnvConfig* env = cfg->mutable_env();
+  if (!env->plugin().empty()) env->set_plugin(std::filesystem::absolute(env->plugin()).string());
+  env->clear_resolved_spec();
+  char dir_template[] = "/tmp/stampede-spec-XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) {
+    *error = "cannot make a temporary directory to resolve the env spec";
+    return false;
+  }
+  const std::string dir = dir_template;
+  const std::string config_path = dir + "/config.textproto", out_path = dir + "/spec.textproto",
+                    err_path = dir + "/stderr.txt";
+  std::ofstream(config_path) << ConfigToText(*cfg);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || err < 0) ::_exit(126);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    ::execl(self_exe.c_str(), self_exe.c_str(), "spec", config_path.c_str(), (char*)nullptr);
+    ::_exit(127);
+  }
+  int status = 0;
+  while (pid > 0 && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const std::string out = ReadAll(out_path), err = ReadAll(err_path);
+  std::filesystem::remove_all(dir);
+  if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::string why = err;
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    if (why.empty()) {
+      why = WIFSIGNALED(status) ? "the env crashed (signal " + std::to_string(WTERMSIG(status)) + ")"
+                                : "`stampede spec` failed with exit code " + std::to_string(WEXITSTATUS(status));
+    }
+    *error = "env: cannot resolve the env's spec: " + why;
+    return false;
+  }
+  if (!google::protobuf::TextFormat::ParseFromString(out, env->mutable_resolved_spec())) {
+    *error = "env: `stampede spec` printed an unreadable spec:\n" + out;
+    return false;
+  }
+  wire::StepShape shape;
+  if (!ResolvedStepShape(*cfg, &shape, error)) {
+    *error = "env: " + *error;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace stampede::tools

@@ -1,0 +1,21 @@
+// Resolving the env spec: `stampede spec CONFIG` prints it; `stampede run` gets it from
+// that command in a child process (so the coordinator never loads a plug-in or starts
+// Python) and writes it into the config every role reads.
+#pragma once
+
+#include <string>
+
+#include "wire/config.pb.h"
+
+namespace stampede::tools {
+
+// The body of `stampede spec`: builds one env from `cfg`, prints its spec (protobuf
+// text) on stdout. Exit code 0, or 2 with the env's error on stderr.
+int RunSpecCommand(const config::Config& cfg);
+
+// Runs `self_exe spec` on `cfg` in a child process and stores the result in
+// cfg->env().resolved_spec(); makes a relative plug-in path absolute first. False with
+// the child's error (naming the env) on failure or when the spec cannot be trained on.
+[[nodiscard]] bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::string* error);
+
+}  // namespace stampede::tools
