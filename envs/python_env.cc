@@ -181,8 +181,8 @@ class PythonVectorEnv : public VectorEnv {
   void Reset(uint64_t seed, std::byte* obs) override {
     py::gil_scoped_acquire gil;
     try {
-      // numpy seeds are < 2^63 as Python ints go; keep 62 bits.
-      bridge_.attr("reset")(py::int_(seed >> 2), ObsView(spec(), obs, num_envs()));
+      // Envs take seed + i for env i; ALE wants them in int32, so keep 30 bits.
+      bridge_.attr("reset")(py::int_(seed & 0x3fffffff), ObsView(spec(), obs, num_envs()));
     } catch (const py::error_already_set& e) {
       throw std::runtime_error(what_ + ": reset raised " + PythonError(e));
     }
