@@ -1,0 +1,2 @@
+/* A test shared library with no Stampede entry point. */
+__attribute__((visibility("default"))) int not_a_plugin(void) { return 7; }
