@@ -39,7 +39,11 @@ def _value(text):
 class Bridge:
     def __init__(self, gym_id, num_envs, modules, kwargs, max_episode_steps, vectorization):
         for module in modules:
-            importlib.import_module(module)
+            # "pkg.mod" is imported; "pkg.mod:fn" is imported and fn() called (registrations).
+            name, _, function = module.partition(":")
+            imported = importlib.import_module(name)
+            if function:
+                getattr(imported, function)()
         kw = {k: _value(v) for k, v in kwargs.items()}
         if max_episode_steps > 0:
             kw["max_episode_steps"] = max_episode_steps
