@@ -60,8 +60,19 @@ int RunBench(const BenchOptions& opt) {
       }
       steps += 64 * E;
     }
-    std::printf("  env steps/s (1 core, %d envs, random actions):   %12.0f  (%.1f ns/step; C++ CartPole limit ~15 ns/step)\n",
-                E, steps / elapsed, 1e9 * elapsed / steps);
+    const int fps = env->spec().frames_per_step;
+    std::printf("  env steps/s (%d envs as one vector env, random actions): %12.0f  (%.1f ns/step, %.0f frames/s at %d frames/step; C++ CartPole limit ~15 ns/step)\n",
+                E, steps / elapsed, 1e9 * elapsed / steps, fps * steps / elapsed, fps);
+    // What one actor message weighs: observations travel in the spec's dtype.
+    wire::StepShape shape{env->spec().obs_shape,
+                          env->spec().obs_dtype == envs::DType::kUint8 ? wire::DType::kUint8 : wire::DType::kFloat32,
+                          env->spec().num_actions};
+    const int64_t bytes = wire::TrajectoryBytes(cfg.actors().unroll_length(), E, shape);
+    shape.obs_dtype = wire::DType::kFloat32;
+    const int64_t as_float = wire::TrajectoryBytes(cfg.actors().unroll_length(), E, shape);
+    std::printf("  trajectory message (T=%d, %d envs): %lld bytes of arrays (%s observations); %lld with float32 observations (%.2fx)\n",
+                cfg.actors().unroll_length(), E, (long long)bytes, envs::DTypeName(env->spec().obs_dtype),
+                (long long)as_float, double(as_float) / double(bytes));
   }
 
   // 2. Actor steps/s: E envs, batched inference, sampling, unroll assembly; no sockets.
