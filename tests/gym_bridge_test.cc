@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include "actors/env_source.h"
 #include "envs/python_env.h"
 #include "envs/vector_env.h"
 #include "tests/skip.h"
+#include "wire/config.h"
 
 using namespace stampede::envs;
 using json = nlohmann::json;
@@ -115,4 +117,27 @@ TEST_CASE("gym bridge: Python errors and unsupported spaces are clear errors", "
   source.options.kwargs["gravity_typo"] = "3";
   CHECK_FALSE(MakeVectorEnv(source, 2, &error));
   CHECK_THAT(error, Catch::Contains("gravity_typo"));
+}
+
+TEST_CASE("gym bridge: a continuous action space resolves, and is refused at start with a clear error", "[python]") {
+  stampede::testing::RequirePythonVenv();
+  EnvSource source;
+  source.kind = EnvSource::Kind::kGym;
+  source.gym_id = "Pendulum-v1";
+  EnvSpec spec;
+  std::string error;
+  REQUIRE(ResolveSpec(source, &spec, &error));
+  CHECK(spec.action_kind == ActionKind::kBox);
+  CHECK(spec.action_low == std::vector<float>{-2.f});
+  CHECK(spec.action_high == std::vector<float>{2.f});
+  stampede::config::Config cfg;
+  *cfg.mutable_env()->mutable_resolved_spec() = stampede::actors::SpecToProto(spec);
+  stampede::wire::StepShape shape;
+  CHECK_FALSE(stampede::ResolvedStepShape(cfg, &shape, &error));
+  CHECK_THAT(error, Catch::Contains("continuous (box) action space") &&
+                        Catch::Contains("discrete-action heads only"));
+  // And a config without a resolved spec tells how to get one.
+  stampede::config::Config bare;
+  CHECK_FALSE(stampede::ResolvedStepShape(bare, &shape, &error));
+  CHECK_THAT(error, Catch::Contains("stampede spec CONFIG"));
 }
