@@ -85,11 +85,14 @@ int RunBench(const BenchOptions& opt) {
     std::vector<float> params(core->param_count());
     net::InitMlp(core->net_spec(), 1, params);
     wire::TrajectoryBatch batch;
+    // The first unroll resets the envs (ALE builds its palettes then: seconds); untimed.
+    core->CollectUnroll(params, 0, &batch);
+    const int64_t warm = core->frames();
     const auto start = Clock::now();
     double elapsed = 0;
     while ((elapsed = Since(start)) < opt.seconds) core->CollectUnroll(params, 0, &batch);
-    const double sps = core->frames() / elapsed;
-    std::printf("  actor steps/s (1 core, %d envs, MLP inference): %12.0f  (%.2f us/step; forward alone ~0.18 us/sample at batch 32)\n",
+    const double sps = double(core->frames() - warm) / elapsed;
+    std::printf("  actor frames/s (1 core, %d envs, MLP inference): %12.0f  (%.2f us/step; forward alone ~0.18 us/sample at batch 32)\n",
                 cfg.actors().envs_per_actor(), sps, 1e6 / sps);
   }
 
