@@ -309,8 +309,11 @@ void OnExit(Supervisor* self, int pid, int wstatus) {
     }
     ++st.actor_restarts;
     const pid_t fresh = Spawn(st, wire::ROLE_ACTOR, c.index);
-    std::fprintf(stderr, "stampede: %s (pid %d) %s; restarted as pid %d\n", who.c_str(), pid,
-                 how.c_str(), int(fresh));
+    // The end of its log says why (an env's error, a Python traceback).
+    const std::string tail = TailOfFile(c.log_path, 1000);
+    std::fprintf(stderr, "stampede: %s (pid %d) %s; restarted as pid %d; its log (%s) %s\n%s",
+                 who.c_str(), pid, how.c_str(), int(fresh), c.log_path.c_str(),
+                 tail.empty() ? "is empty" : "ends:", tail.c_str());
     Event(st, "actor_restart", {{"actor", c.index}, {"old_pid", pid}, {"new_pid", fresh}, {"how", how}});
     return;
   }
