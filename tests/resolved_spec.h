@@ -13,8 +13,9 @@ namespace stampede::testing {
 inline void ResolveSpecInPlace(config::Config* cfg) {
   envs::EnvSpec spec;
   std::string error;
-  INFO(error);
-  REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(*cfg), &spec, &error));
+  const bool resolved = envs::ResolveSpec(actors::EnvSourceFromConfig(*cfg), &spec, &error);
+  INFO(error);  // after the call: INFO copies the text when it is written
+  REQUIRE(resolved);
   *cfg->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
 }
 
