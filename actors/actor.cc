@@ -9,7 +9,8 @@
 #include "actors/env_source.h"
 #include "envs/rng.h"
 #include "envs/vector_env.h"
-#include "net/mlp.h"
+#include "net/distribution.h"
+#include "net/from_config.h"
 #include "ps/client.h"
 #include "wire/config.h"
 #include "wire/status_channel.h"
@@ -25,23 +26,20 @@ struct ActorCore::Impl {
   config::Config cfg;
   int task_index = 0;
   std::unique_ptr<envs::VectorEnv> env;
-  std::unique_ptr<net::Mlp<float>> net;
+  std::unique_ptr<net::Model<float>> net;
   std::mt19937_64 rng;
   int E = 0, T = 0, D = 0, A = 0, frames_per_step = 1;
   wire::StepShape shape;
   bool started = false;
   // Scratch, allocated once.
-  std::vector<float> probs, input, final_values, final_input;
+  int S = 0;                      // recurrent state floats per env (0: no core)
+  std::vector<float> state;       // [E, S]: each env's network state before its next step
+  std::vector<float> final_state; // [E, S]: gathered states for truncated envs' final obs
+  std::vector<uint8_t> episode_start;  // [E]: the env's next observation starts an episode
+  std::vector<float> final_values;
   std::vector<std::byte> final_obs;
   std::vector<double> episode_return;
   std::vector<int> episode_length, truncated_envs;
-
-  // Network input for `rows` observation rows starting at `obs` (uint8 rows are scaled).
-  const float* Input(const std::byte* obs, int rows, std::vector<float>* scratch) {
-    if (shape.obs_dtype != wire::DType::kUint8) return reinterpret_cast<const float*>(obs);
-    net::Uint8ToInput(reinterpret_cast<const uint8_t*>(obs), size_t(rows) * D, scratch->data());
-    return scratch->data();
-  }
 };
 
 ActorCore::ActorCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -70,14 +68,13 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   m->D = m->shape.obs_size();
   m->A = m->shape.num_actions;
   m->frames_per_step = spec.frames_per_step;
-  m->net = std::make_unique<net::Mlp<float>>(
-      net::MakeMlpSpec(m->D, HiddenSizes(cfg), m->A, cfg.net().activation()));
+  m->net = net::MakeModelFromConfig(with_spec, m->shape, error);
+  if (!m->net) return nullptr;
+  m->S = m->net->state_size();
+  m->state.assign(size_t(m->E) * m->S, 0.f);
+  m->final_state.assign(size_t(m->E) * m->S, 0.f);
+  m->episode_start.assign(m->E, 1);
   m->rng.seed(SplitMix(cfg.seed() * 7919 + uint64_t(task_index)));
-  m->probs.resize(m->A);
-  if (m->shape.obs_dtype == wire::DType::kUint8) {
-    m->input.resize(size_t(m->E) * m->D);
-    m->final_input.resize(size_t(m->E) * m->D);
-  }
   m->final_obs.resize(size_t(m->E) * m->shape.obs_bytes());
   m->final_values.resize(m->E);
   m->episode_return.assign(m->E, 0);
@@ -86,12 +83,13 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   return std::unique_ptr<ActorCore>(new ActorCore(std::move(m)));
 }
 
-const net::MlpSpec& ActorCore::net_spec() const { return impl_->net->spec(); }
+const net::ModelSpec& ActorCore::net_spec() const { return impl_->net->spec(); }
 int64_t ActorCore::param_count() const { return impl_->net->layout().total_size(); }
 uint64_t ActorCore::layout_fingerprint() const { return impl_->net->layout().Fingerprint(); }
 const wire::StepShape& ActorCore::shape() const { return impl_->shape; }
 int ActorCore::obs_size() const { return impl_->D; }
 int ActorCore::num_actions() const { return impl_->A; }
+int ActorCore::frames_per_step() const { return impl_->frames_per_step; }
 
 void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
                               wire::TrajectoryBatch* out) {
@@ -106,6 +104,7 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
     m.env->Reset(SplitMix(m.cfg.seed() ^ SplitMix(uint64_t(m.task_index) << 20)), out->obs_row(0));
     std::fill(m.episode_return.begin(), m.episode_return.end(), 0.0);
     std::fill(m.episode_length.begin(), m.episode_length.end(), 0);
+    std::fill(m.episode_start.begin(), m.episode_start.end(), 1);
     m.started = true;
   } else {
     // The last unroll's bootstrap observation is this unroll's first.
@@ -115,27 +114,24 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
   out->meta.set_policy_version(version);
   std::fill(out->truncation_values.begin(), out->truncation_values.end(), 0.f);
   int64_t valid_steps = 0;
+  const int S = m.S;
   for (int t = 0; t < T; ++t) {
     const size_t row = size_t(t) * E;
+    // Envs whose last step ended an episode (or only reset) start from a zero state.
+    for (int e = 0; e < E && S > 0; ++e) {
+      if (m.episode_start[e]) std::fill_n(&m.state[size_t(e) * S], S, 0.f);
+    }
+    if (t == 0) std::copy(m.state.begin(), m.state.end(), out->initial_core_state.begin());
     float* logits = &out->behaviour_logits[row * A];
-    m.net->Forward(params.data(), m.Input(out->obs_row(row), E, &m.input), E, logits, nullptr);
+    m.net->Step(params.data(), out->obs_row(row), E, nullptr, m.state.data(), m.state.data(),
+                logits, nullptr);
+    auto uniform = [&] { return std::uniform_real_distribution<double>(0, 1)(m.rng); };
+    auto normal = [&] { return std::normal_distribution<double>(0, 1)(m.rng); };
+    const net::PolicyShape& pol = m.net->spec().policy;
     for (int e = 0; e < E; ++e) {
-      // Sample from softmax(logits).
-      const float* z = logits + size_t(e) * A;
-      float mx = z[0];
-      for (int j = 1; j < A; ++j) mx = std::max(mx, z[j]);
-      double sum = 0;
-      for (int j = 0; j < A; ++j) sum += (m.probs[j] = std::exp(z[j] - mx));
-      double u = std::uniform_real_distribution<double>(0, sum)(m.rng);
-      int a = A - 1;
-      for (int j = 0; j < A; ++j) {
-        u -= m.probs[j];
-        if (u < 0) {
-          a = j;
-          break;
-        }
-      }
-      out->actions[row + e] = a;
+      float a = 0;
+      net::PolicySample(pol, logits + size_t(e) * A, uniform, normal, &a);
+      out->actions[row + e] = int32_t(a);
     }
     envs::VectorStep step;
     step.obs = out->obs_row(row + E);
@@ -148,6 +144,7 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
     m.truncated_envs.clear();
     for (int e = 0; e < E; ++e) {
       const size_t i = row + e;
+      m.episode_start[e] = out->terminated[i] | out->truncated[i] | uint8_t(!out->valid[i]);
       if (!out->valid[i]) continue;  // only an automatic reset
       ++valid_steps;
       m.episode_return[e] += out->rewards[i];
@@ -169,9 +166,11 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
         if (m.truncated_envs[j] != j) {
           std::memcpy(&m.final_obs[j * obs_bytes], &m.final_obs[m.truncated_envs[j] * obs_bytes], obs_bytes);
         }
+        // The state that saw the episode up to the final observation.
+        std::copy_n(&m.state[size_t(m.truncated_envs[j]) * S], S, &m.final_state[size_t(j) * S]);
       }
-      m.net->Forward(params.data(), m.Input(m.final_obs.data(), k, &m.final_input), k, nullptr,
-                     m.final_values.data());
+      m.net->Step(params.data(), m.final_obs.data(), k, nullptr, m.final_state.data(), nullptr,
+                  nullptr, m.final_values.data());
       for (int j = 0; j < k; ++j) out->truncation_values[row + m.truncated_envs[j]] = m.final_values[j];
     }
   }

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "net/mlp.h"
+#include "net/model.h"
 #include "wire/config.pb.h"
 #include "wire/trajectory.h"
 
@@ -26,12 +26,13 @@ class ActorCore {
                                            std::string* error);
   ~ActorCore();
 
-  const net::MlpSpec& net_spec() const;
+  const net::ModelSpec& net_spec() const;
   int64_t param_count() const;
   uint64_t layout_fingerprint() const;
   const wire::StepShape& shape() const;
   int obs_size() const;
   int num_actions() const;
+  int frames_per_step() const;  // the env's frames per agent step
   // Fills `out` (sized by the core) with the next unroll of every env, acting with
   // `params` and recording `version` as the behaviour policy's version. Throws
   // std::runtime_error when an env fails.

@@ -24,6 +24,8 @@ void CopyUnroll(const wire::TrajectoryBatch& src, int c, int b, Batch* batch) {
     batch->truncation_values[d] = src.truncation_values[s];
     std::copy_n(&src.behaviour_logits[s * A], A, &batch->behaviour_logits[d * A]);
   }
+  const int K = batch->shape.core_state_size;
+  std::copy_n(&src.initial_core_state[size_t(c) * K], K, &batch->initial_core_state[size_t(b) * K]);
   batch->policy_versions[b] = src.meta.policy_version();
 }
 

@@ -13,7 +13,7 @@
 #include "learner/checkpoint.h"
 #include "learner/loss.h"
 #include "learner/rmsprop.h"
-#include "net/mlp.h"
+#include "net/from_config.h"
 #include "ps/client.h"
 #include "replay/bounded_queue.h"
 #include "wire/config.h"
@@ -40,7 +40,7 @@ struct Learner::Impl {
   std::string bind_endpoint;
   uint64_t incarnation;
   std::unique_ptr<zmq::socket_t> socket;  // receiver thread's, after Start
-  std::unique_ptr<net::Mlp<float>> net;
+  std::unique_ptr<net::Model<float>> net;
   std::unique_ptr<ps::ParamsPublisher> publisher;
   std::vector<float> params, grad;
   std::unique_ptr<RmsProp> rms;
@@ -89,9 +89,8 @@ bool Learner::Start(std::string* error) {
   // Shapes come from the resolved spec in the config; the learner loads no env code.
   if (!ResolvedStepShape(m.cfg, &m.shape, error)) return false;
   m.frames_per_step = std::max(1, m.cfg.env().resolved_spec().frames_per_step());
-  const net::MlpSpec spec = net::MakeMlpSpec(m.shape.obs_size(), HiddenSizes(m.cfg),
-                                             m.shape.num_actions, m.cfg.net().activation());
-  m.net = std::make_unique<net::Mlp<float>>(spec);
+  m.net = net::MakeModelFromConfig(m.cfg, m.shape, error);
+  if (!m.net) return false;
   m.layout = m.net->layout();
   m.params.assign(m.layout.total_size(), 0.f);
   m.grad.assign(m.layout.total_size(), 0.f);
@@ -115,7 +114,7 @@ bool Learner::Start(std::string* error) {
     frames_ = d.env_frames;
     start_frames_ = d.env_frames;
   } else {
-    net::InitMlp(spec, m.cfg.seed(), m.params);
+    net::InitParams(m.net->spec(), m.cfg.seed(), m.params);
   }
   m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(*m.socket, m.cfg.cluster().max_message_bytes());

@@ -9,7 +9,7 @@
 
 #include "learner/batch.h"
 #include "learner/vtrace.h"
-#include "net/mlp.h"
+#include "net/model.h"
 
 namespace stampede::learner {
 
@@ -37,20 +37,21 @@ struct LossStats {
   double entropy = 0;  // mean policy entropy per step
 };
 
-// Runs the network on all T+1 rows and computes the V-trace targets.
+// Runs the network on all T+1 rows (from each unroll's initial core state, resetting it
+// at episode starts) and computes the V-trace targets.
 template <class S>
-Targets<S> ComputeTargets(net::Mlp<S>& net, const S* params, const Batch& batch,
+Targets<S> ComputeTargets(net::Model<S>& net, const S* params, const Batch& batch,
                           const LossOptions& opt);
 
 // Loss for fixed targets; if grad is non-null, ADDS dLoss/dparams into it.
 template <class S>
-LossStats LossAndGrad(net::Mlp<S>& net, const S* params, const Batch& batch,
+LossStats LossAndGrad(net::Model<S>& net, const S* params, const Batch& batch,
                       const Targets<S>& targets, const LossOptions& opt, S* grad);
 
 // One forward pass: targets from the current network, then loss and gradient (ADDED
 // into grad). The training step uses this.
 template <class S>
-LossStats ComputeLossAndGrad(net::Mlp<S>& net, const S* params, const Batch& batch,
+LossStats ComputeLossAndGrad(net::Model<S>& net, const S* params, const Batch& batch,
                              const LossOptions& opt, S* grad, Targets<S>* targets_out = nullptr);
 
 }  // namespace stampede::learner

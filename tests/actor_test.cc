@@ -7,7 +7,7 @@
 
 #include "actors/actor.h"
 #include "envs/cartpole.h"
-#include "net/mlp.h"
+#include "net/model.h"
 
 using namespace stampede;
 
@@ -23,11 +23,11 @@ config::Config ActorConfig(const std::string& env, int E, int T, int max_steps =
   return cfg;
 }
 
-net::MlpSpec SpecOf(const actors::ActorCore& core) {
-  net::MlpSpec s;
-  s.obs_size = core.obs_size();
+net::ModelSpec SpecOf(const actors::ActorCore& core) {
+  net::ModelSpec s;
+  s.obs_shape = {core.obs_size()};
   s.hidden_sizes = {8};
-  s.num_actions = core.num_actions();
+  s.policy = net::CategoricalPolicy(core.num_actions());
   return s;
 }
 }  // namespace
@@ -38,9 +38,10 @@ TEST_CASE("actor: unrolls are continuous, logits are the policy's, episodes are 
   auto core = actors::ActorCore::Create(ActorConfig("Catch", E, T), 0, &error);
   REQUIRE(core);
   const auto spec = SpecOf(*core);
-  net::Mlp<float> mlp(spec);
+  auto model = net::MakeCpuModel<float>(spec);
+  auto& mlp = *model;
   std::vector<float> params(mlp.layout().total_size());
-  net::InitMlp(spec, 3, params);
+  net::InitParams(spec, 3, params);
   for (auto& p : params) p *= 20;  // a decisive policy, so logits differ across states
   wire::TrajectoryBatch batch, previous;
   int terminals = 0, episodes = 0;
@@ -56,7 +57,8 @@ TEST_CASE("actor: unrolls are continuous, logits are the policy's, episodes are 
     }
     std::vector<float> logits(E * A);
     for (int t = 0; t < T; ++t) {
-      mlp.Forward(params.data(), &batch.observations[size_t(t) * E * D], E, logits.data(), nullptr);
+      mlp.Step(params.data(), &batch.observations[size_t(t) * E * D], E, nullptr, nullptr, nullptr,
+               logits.data(), nullptr);
       for (int i = 0; i < E * A; ++i) {
         CHECK(batch.behaviour_logits[size_t(t) * E * A + i] == Approx(logits[i]).margin(1e-5));
       }
@@ -94,9 +96,10 @@ TEST_CASE("actor: a truncated step records the value of the final observation", 
   auto core = actors::ActorCore::Create(ActorConfig("CartPole-v1", E, T, 3), 0, &error);
   REQUIRE(core);
   const auto spec = SpecOf(*core);
-  net::Mlp<float> mlp(spec);
+  auto model = net::MakeCpuModel<float>(spec);
+  auto& mlp = *model;
   std::vector<float> params(mlp.layout().total_size());
-  net::InitMlp(spec, 4, params);
+  net::InitParams(spec, 4, params);
   for (auto& p : params) p += 0.3f;  // non-zero value head
   wire::TrajectoryBatch batch;
   core->CollectUnroll(params, 0, &batch);
@@ -119,7 +122,7 @@ TEST_CASE("actor: a truncated step records the value of the final observation", 
       env.set_state({o[0], o[1], o[2], o[3]});
       env.Step(batch.actions[i], envs::AsBytes(obs));
       float value = 0;
-      mlp.Forward(params.data(), obs.data(), 1, nullptr, &value);
+      mlp.Step(params.data(), obs.data(), 1, nullptr, nullptr, nullptr, nullptr, &value);
       CHECK(batch.truncation_values[i] == Approx(value).margin(1e-4));
       CHECK(value != 0.f);
     }

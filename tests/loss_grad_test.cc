@@ -8,7 +8,7 @@
 
 #include "learner/loss.h"
 #include "learner/rmsprop.h"
-#include "net/mlp.h"
+#include "net/model.h"
 
 using namespace stampede;
 
@@ -33,11 +33,11 @@ learner::Batch RandomBatch(int T, int B, int D, int A, uint64_t seed) {
   return b;
 }
 
-net::MlpSpec SmallSpec(net::Activation act) {
-  net::MlpSpec s;
-  s.obs_size = 3;
+net::ModelSpec SmallSpec(net::Activation act) {
+  net::ModelSpec s;
+  s.obs_shape = {3};
   s.hidden_sizes = {5, 4};
-  s.num_actions = 3;
+  s.policy = net::CategoricalPolicy(3);
   s.activation = act;
   return s;
 }
@@ -47,9 +47,10 @@ TEST_CASE("loss: value equals the definition computed from the network outputs",
   const auto spec = SmallSpec(net::Activation::kTanh);
   const int T = 4, B = 3, A = 3;
   learner::Batch batch = RandomBatch(T, B, 3, A, 11);
-  net::Mlp<double> mlp(spec);
+  auto model = net::MakeCpuModel<double>(spec);
+  auto& mlp = *model;
   std::vector<float> pf(mlp.layout().total_size());
-  net::InitMlp(spec, 5, pf);
+  net::InitParams(spec, 5, pf);
   std::vector<double> p(pf.begin(), pf.end());
   for (auto& x : p) x *= 30;  // a policy far from uniform
   learner::LossOptions opt;
@@ -58,9 +59,9 @@ TEST_CASE("loss: value equals the definition computed from the network outputs",
   auto targets = learner::ComputeTargets(mlp, p.data(), batch, opt);
   const auto st = learner::LossAndGrad(mlp, p.data(), batch, targets, opt, static_cast<double*>(nullptr));
 
-  std::vector<double> obs(batch.observations.begin(), batch.observations.end());
   std::vector<double> logits((T + 1) * B * A), values((T + 1) * B);
-  mlp.Forward(p.data(), obs.data(), (T + 1) * B, logits.data(), values.data());
+  mlp.Step(p.data(), batch.observations.data(), (T + 1) * B, nullptr, nullptr, nullptr,
+           logits.data(), values.data());
   double pg = 0, base = 0, ent = 0;
   for (int i = 0; i < T * B; ++i) {
     double z = 0;
@@ -84,10 +85,11 @@ TEST_CASE("loss: gradient matches finite differences for every parameter", "[los
     SECTION(act == net::Activation::kTanh ? "tanh torso" : "relu torso") {
       const auto spec = SmallSpec(act);
       learner::Batch batch = RandomBatch(5, 3, 3, 3, 21);
-      net::Mlp<double> mlp(spec);
+      auto model = net::MakeCpuModel<double>(spec);
+  auto& mlp = *model;
       const int64_t N = mlp.layout().total_size();
       std::vector<float> pf(N);
-      net::InitMlp(spec, 9, pf);
+      net::InitParams(spec, 9, pf);
       std::vector<double> p(pf.begin(), pf.end());
       std::mt19937_64 rng(3);
       std::normal_distribution<double> n(0, 0.3);
@@ -119,9 +121,10 @@ TEST_CASE("loss: gradient matches finite differences for every parameter", "[los
 TEST_CASE("loss: the single-pass training step equals targets + loss", "[loss]") {
   const auto spec = SmallSpec(net::Activation::kRelu);
   learner::Batch batch = RandomBatch(6, 4, 3, 3, 5);
-  net::Mlp<float> mlp(spec);
+  auto model = net::MakeCpuModel<float>(spec);
+  auto& mlp = *model;
   std::vector<float> p(mlp.layout().total_size());
-  net::InitMlp(spec, 2, p);
+  net::InitParams(spec, 2, p);
   learner::LossOptions opt;
   std::vector<float> g1(p.size(), 0.f), g2(p.size(), 0.f);
   const auto a = learner::ComputeLossAndGrad(mlp, p.data(), batch, opt, g1.data());
@@ -162,9 +165,10 @@ TEST_CASE("loss: episode ends zero the discount; truncation bootstraps only when
   batch.terminated[1] = 1;  // t=0, b=1
   batch.truncated[4] = 1;   // t=2, b=0
   batch.truncation_values[4] = 2.5f;
-  net::Mlp<double> mlp(spec);
+  auto model = net::MakeCpuModel<double>(spec);
+  auto& mlp = *model;
   std::vector<float> pf(mlp.layout().total_size());
-  net::InitMlp(spec, 1, pf);
+  net::InitParams(spec, 1, pf);
   std::vector<double> p(pf.begin(), pf.end());
   learner::LossOptions opt;
   opt.discount = 0.9;

@@ -10,7 +10,7 @@
 #include "learner/batch.h"
 #include "learner/loss.h"
 #include "learner/rmsprop.h"
-#include "net/mlp.h"
+#include "net/from_config.h"
 #include "tools/coordinator.h"
 #include "wire/config.h"
 
@@ -83,7 +83,7 @@ int RunBench(const BenchOptions& opt) {
       return 2;
     }
     std::vector<float> params(core->param_count());
-    net::InitMlp(core->net_spec(), 1, params);
+    net::InitParams(core->net_spec(), 1, params);
     wire::TrajectoryBatch batch;
     // The first unroll resets the envs (ALE builds its palettes then: seconds); untimed.
     core->CollectUnroll(params, 0, &batch);
@@ -92,18 +92,21 @@ int RunBench(const BenchOptions& opt) {
     double elapsed = 0;
     while ((elapsed = Since(start)) < opt.seconds) core->CollectUnroll(params, 0, &batch);
     const double sps = double(core->frames() - warm) / elapsed;
-    std::printf("  actor frames/s (1 core, %d envs, MLP inference): %12.0f  (%.2f us/step; forward alone ~0.18 us/sample at batch 32)\n",
-                cfg.actors().envs_per_actor(), sps, 1e6 / sps);
+    std::printf("  actor frames/s (1 core, %d envs, %s inference): %12.0f  (%.2f us/step)\n",
+                cfg.actors().envs_per_actor(), core->net_spec().torso.c_str(), sps, 1e6 / sps);
   }
 
   // 3. Learner steps/s: V-trace, loss, gradient, clipping and RMSProp on one batch of
   // B unrolls of T steps, one core, no sockets.
   {
     auto core = actors::ActorCore::Create(cfg, 0, &error);
-    const net::MlpSpec& spec = core->net_spec();
-    net::Mlp<float> mlp(spec);
-    std::vector<float> params(mlp.layout().total_size()), grad(params.size());
-    net::InitMlp(spec, 1, params);
+    if (!core) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 2;
+    }
+    auto model = net::MakeCpuModel<float>(core->net_spec());
+    std::vector<float> params(model->layout().total_size()), grad(params.size());
+    net::InitParams(core->net_spec(), 1, params);
     const int T = cfg.actors().unroll_length(), B = cfg.learner().batch_size();
     // A batch of real unrolls from the actor core (a column per env, as the learner forms them).
     learner::Batch batch;
@@ -120,15 +123,17 @@ int RunBench(const BenchOptions& opt) {
     double elapsed = 0;
     while ((elapsed = Since(start)) < opt.seconds) {
       std::fill(grad.begin(), grad.end(), 0.f);
-      learner::ComputeLossAndGrad(mlp, params.data(), batch, lo, grad.data());
+      learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
       learner::ClipGlobalNorm(grad, 40.0);
       rms.Step(params, grad, 1e-4);
       ++steps;
     }
     const double sps = steps / elapsed;
-    const double flops = 6.0 * double((T + 1) * B) * double(mlp.layout().total_size());
-    std::printf("  learner steps/s (1 core, B=%d, T=%d, %lld params): %12.0f  (%.0f frames/s; ~%.1f GFLOP/s of ~100 for Eigen GEMM)\n",
-                B, T, (long long)mlp.layout().total_size(), sps, sps * T * B, sps * flops / 1e9);
+    // Backward costs about twice the forward pass.
+    const double flops = 3.0 * double((T + 1) * B) * model->ForwardFlops();
+    std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.0f  (%.0f frames/s; ~%.1f GFLOP/s of ~100 for Eigen GEMM)\n",
+                B, T, core->net_spec().torso.c_str(), (long long)model->layout().total_size(), sps,
+                sps * T * B * core->frames_per_step(), sps * flops / 1e9);
   }
 
   // 4. The whole fleet, learning, on this machine.

@@ -285,6 +285,8 @@ struct Range {
 constexpr Range kRanges[] = {
     {"env.max_episode_steps", 0, 1e9, false, true},
     {"net.hidden_sizes", 1, 65536, false, true},
+    {"net.fc_size", 1, 65536, false, true},
+    {"net.lstm_size", 0, 65536, false, true},
     {"actors.num_actors", 1, 1024, false, true},
     {"actors.envs_per_actor", 1, 4096, false, true},
     {"actors.unroll_length", 1, 10000, false, true},
@@ -337,6 +339,19 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
   if (act != "relu" && act != "tanh") {
     *error = loaded.Where("net.activation") + ": net.activation: \"" + act +
              "\" is not known, expected \"relu\" or \"tanh\"";
+    return false;
+  }
+  const std::string torso = c.net().torso();
+  if (torso != "mlp" && torso != "shallow_cnn" && torso != "deep_resnet" && torso != "small_cnn") {
+    *error = loaded.Where("net.torso") + ": net.torso: \"" + torso +
+             "\" is not known, expected \"mlp\", \"shallow_cnn\", \"deep_resnet\" or \"small_cnn\"";
+    return false;
+  }
+  const std::string device = c.learner().device();
+  if (device != "cpu" && !(device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
+                           device.find_first_not_of("0123456789", 5) == std::string::npos)) {
+    *error = loaded.Where("learner.device") + ": learner.device: \"" + device +
+             "\" is not known, expected \"cpu\" or \"cuda:N\" (N a GPU index)";
     return false;
   }
   if (!c.env().plugin().empty() && !c.env().gym_id().empty()) {
@@ -401,6 +416,7 @@ bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out, std::str
   }
   out->obs_dtype = s.obs_dtype() == config::UINT8 ? wire::DType::kUint8 : wire::DType::kFloat32;
   out->num_actions = s.num_actions();
+  out->core_state_size = 2 * cfg.net().lstm_size();
   return true;
 }
 

@@ -51,6 +51,10 @@ std::vector<ArrayView> Arrays(Unrolls& u) {
   v.push_back(View("valid", DType::kUint8, {T, n}, u.valid));
   v.push_back(View("behaviour_logits", DType::kFloat32, {T, n, A}, u.behaviour_logits));
   v.push_back(View("truncation_values", DType::kFloat32, {T, n}, u.truncation_values));
+  if (u.shape.core_state_size > 0) {
+    v.push_back(View("initial_core_state", DType::kFloat32, {n, u.shape.core_state_size},
+                     u.initial_core_state));
+  }
   return v;
 }
 
@@ -67,7 +71,8 @@ void TrajectoryBatch::Resize(int T, int n, const StepShape& s) {
 
 int64_t TrajectoryBytes(int T, int n, const StepShape& s) {
   const int64_t tn = int64_t(T) * n;
-  return (tn + n) * int64_t(s.obs_bytes()) + tn * (4 + 4 + 1 + 1 + 1 + 4) + tn * s.num_actions * 4;
+  return (tn + n) * int64_t(s.obs_bytes()) + tn * (4 + 4 + 1 + 1 + 1 + 4) + tn * s.num_actions * 4 +
+         int64_t(n) * s.core_state_size * 4;
 }
 
 bool SendTrajectory(zmq::socket_t& socket, const TrajectoryBatch& b) {
@@ -172,8 +177,9 @@ DropReason DecodeTrajectory(const std::vector<zmq::message_t>& parts,
     if (a.bytes) std::memcpy(a.data, parts[i + 1].data(), a.bytes);
   }
   if (!AllFinite(out->observations) || !AllFinite(out->rewards) ||
-      !AllFinite(out->behaviour_logits) || !AllFinite(out->truncation_values)) {
-    *detail = "non-finite number (NaN or infinity) in observations, rewards or logits";
+      !AllFinite(out->behaviour_logits) || !AllFinite(out->truncation_values) ||
+      !AllFinite(out->initial_core_state)) {
+    *detail = "non-finite number (NaN or infinity) in observations, rewards, logits or core state";
     return DropReason::kNonFinite;
   }
   const size_t tn = size_t(T) * n, A = size_t(out->num_actions);

@@ -20,6 +20,9 @@ struct StepShape {
   std::vector<int> obs_shape;
   DType obs_dtype = DType::kFloat32;
   int num_actions = 0;
+  // Floats of recurrent network state per unroll (0 without a core): each unroll
+  // carries the state the actor's network had before its first step.
+  int core_state_size = 0;
   int obs_size() const {
     int n = 1;
     for (int d : obs_shape) n *= d;
@@ -46,10 +49,19 @@ struct Unrolls {
   std::vector<float> behaviour_logits;    // [T, n, num_actions]
   std::vector<float> truncation_values;   // [T, n]: behaviour value of the final
                                           // observation where truncated, else 0
+  std::vector<float> initial_core_state;  // [n, core_state_size] (empty without a core)
 
   int T() const { return unroll_length; }
   int n() const { return num_unrolls; }
   bool uint8_obs() const { return shape.obs_dtype == DType::kUint8; }
+  // 1 where observation row t * n + i starts an episode (the step before it ended one or
+  // only reset the env), for rows 1 .. T; row 0 starts from initial_core_state.
+  void EpisodeStarts(std::vector<uint8_t>* first) const {
+    first->assign(size_t(T() + 1) * n(), 0);
+    for (size_t i = 0; i < size_t(T()) * n(); ++i) {
+      (*first)[i + n()] = terminated[i] | truncated[i] | uint8_t(!valid[i]);
+    }
+  }
   // Steps that are transitions (valid), i.e. agent steps taken.
   int64_t valid_steps() const {
     int64_t k = 0;
@@ -82,6 +94,7 @@ struct Unrolls {
     valid.assign(tn, 1);
     behaviour_logits.assign(tn * num_actions, 0.f);
     truncation_values.assign(tn, 0.f);
+    initial_core_state.assign(size_t(n) * s.core_state_size, 0.f);
   }
   // Float32 vector observations: the layout of protocol 1's tests and built-in envs.
   void Resize(int T, int n, int obs_size_, int num_actions_) {

@@ -1,0 +1,35 @@
+#include "net/from_config.h"
+
+#include <stdexcept>
+
+#include "wire/config.h"
+#include "wire/config.pb.h"
+#include "wire/unrolls.h"
+
+namespace stampede::net {
+
+ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& shape) {
+  ModelSpec spec;
+  spec.obs_shape = shape.obs_shape;
+  spec.uint8_obs = shape.obs_dtype == wire::DType::kUint8;
+  spec.torso = cfg.net().torso();
+  spec.hidden_sizes = HiddenSizes(cfg);
+  spec.activation = cfg.net().activation() == "tanh" ? Activation::kTanh : Activation::kRelu;
+  spec.fc_size = cfg.net().fc_size();
+  spec.lstm_size = cfg.net().lstm_size();
+  spec.policy = CategoricalPolicy(shape.num_actions);
+  return spec;
+}
+
+std::unique_ptr<Model<float>> MakeModelFromConfig(const config::Config& cfg,
+                                                  const wire::StepShape& shape,
+                                                  std::string* error) {
+  try {
+    return MakeCpuModel<float>(ModelSpecFromConfig(cfg, shape));
+  } catch (const std::invalid_argument& e) {
+    *error = e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace stampede::net

@@ -1,0 +1,483 @@
+#include "net/layers.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace stampede::net {
+
+namespace {
+template <class S>
+using Mat = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class S>
+using CMap = Eigen::Map<const Mat<S>>;
+template <class S>
+using MMap = Eigen::Map<Mat<S>>;
+template <class S>
+using CRow = Eigen::Map<const Eigen::Matrix<S, 1, Eigen::Dynamic>>;
+template <class S>
+using MRow = Eigen::Map<Eigen::Matrix<S, 1, Eigen::Dynamic>>;
+
+// ---- dense -------------------------------------------------------------------------
+
+template <class S>
+class Dense : public Layer<S> {
+ public:
+  Dense(ParamLayout* layout, const std::string& name, int in, int out) : in_(in), out_(out) {
+    w_ = layout->Add(name + "/w", {in, out});
+    b_ = layout->Add(name + "/b", {out});
+  }
+  int in_size() const override { return in_; }
+  int out_size() const override { return out_; }
+  double flops() const override { return 2.0 * in_ * out_; }
+  void Forward(const S* p, const S* in, int n, S* out) override {
+    MMap<S> y(out, n, out_);
+    y.noalias() = CMap<S>(in, n, in_) * CMap<S>(p + w_, in_, out_);
+    y.rowwise() += CRow<S>(p + b_, out_);
+  }
+  void Backward(const S* p, const S* in, const S*, const S* dout, int n, S* din,
+                S* grad) override {
+    CMap<S> dy(dout, n, out_);
+    MMap<S>(grad + w_, in_, out_).noalias() += CMap<S>(in, n, in_).transpose() * dy;
+    MRow<S>(grad + b_, out_) += dy.colwise().sum();
+    if (din) MMap<S>(din, n, in_).noalias() = dy * CMap<S>(p + w_, in_, out_).transpose();
+  }
+
+ private:
+  int in_, out_;
+  int64_t w_, b_;
+};
+
+// ---- activations -------------------------------------------------------------------
+
+template <class S>
+class Relu : public Layer<S> {
+ public:
+  explicit Relu(int size) : size_(size) {}
+  int in_size() const override { return size_; }
+  int out_size() const override { return size_; }
+  void Forward(const S*, const S* in, int n, S* out) override {
+    const int64_t m = int64_t(n) * size_;
+    for (int64_t i = 0; i < m; ++i) out[i] = in[i] > S(0) ? in[i] : S(0);
+  }
+  void Backward(const S*, const S*, const S* out, const S* dout, int n, S* din, S*) override {
+    if (!din) return;
+    const int64_t m = int64_t(n) * size_;
+    for (int64_t i = 0; i < m; ++i) din[i] = out[i] > S(0) ? dout[i] : S(0);
+  }
+
+ private:
+  int size_;
+};
+
+template <class S>
+class Tanh : public Layer<S> {
+ public:
+  explicit Tanh(int size) : size_(size) {}
+  int in_size() const override { return size_; }
+  int out_size() const override { return size_; }
+  void Forward(const S*, const S* in, int n, S* out) override {
+    const int64_t m = int64_t(n) * size_;
+    for (int64_t i = 0; i < m; ++i) out[i] = std::tanh(in[i]);
+  }
+  void Backward(const S*, const S*, const S* out, const S* dout, int n, S* din, S*) override {
+    if (!din) return;
+    const int64_t m = int64_t(n) * size_;
+    for (int64_t i = 0; i < m; ++i) din[i] = dout[i] * (S(1) - out[i] * out[i]);
+  }
+
+ private:
+  int size_;
+};
+
+// ---- convolution (im2col + GEMM, a chunk of samples at a time) ---------------------
+
+template <class S>
+class Conv : public Layer<S> {
+ public:
+  Conv(ParamLayout* layout, const std::string& name, ImageShape in, int out_channels, int k,
+       int stride, int pad)
+      : in_(in), out_(ConvShape(in, out_channels, k, stride, pad)), k_(k), s_(stride), p_(pad) {
+    w_ = layout->Add(name + "/w", {out_channels, in.c, k, k});
+    b_ = layout->Add(name + "/b", {out_channels});
+    const int64_t pix = int64_t(out_.h) * out_.w;
+    // Samples per GEMM: keep the column matrix near 4M values.
+    chunk_ = int(std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, pix * in.c * k * k)));
+  }
+  int in_size() const override { return in_.size(); }
+  int out_size() const override { return out_.size(); }
+  double flops() const override { return 2.0 * in_.c * k_ * k_ * out_.size(); }
+
+  void Forward(const S* p, const S* in, int n, S* out) override {
+    const int K = in_.c * k_ * k_, P = out_.h * out_.w, C = out_.c;
+    CMap<S> W(p + w_, C, K);
+    CRow<S> b(p + b_, C);
+    for (int s0 = 0; s0 < n; s0 += chunk_) {
+      const int m = std::min(chunk_, n - s0);
+      Im2Col(in + int64_t(s0) * in_.size(), m);
+      y_.resize(C, int64_t(m) * P);
+      y_.noalias() = W * col_;
+      for (int i = 0; i < m; ++i) {
+        S* o = out + int64_t(s0 + i) * out_.size();
+        for (int c = 0; c < C; ++c) {
+          const S* src = y_.data() + int64_t(c) * m * P + int64_t(i) * P;
+          for (int q = 0; q < P; ++q) o[int64_t(c) * P + q] = src[q] + b[c];
+        }
+      }
+    }
+  }
+
+  void Backward(const S* p, const S* in, const S*, const S* dout, int n, S* din,
+                S* grad) override {
+    const int K = in_.c * k_ * k_, P = out_.h * out_.w, C = out_.c;
+    CMap<S> W(p + w_, C, K);
+    MMap<S> dW(grad + w_, C, K);
+    MRow<S> db(grad + b_, C);
+    for (int s0 = 0; s0 < n; s0 += chunk_) {
+      const int m = std::min(chunk_, n - s0);
+      y_.resize(C, int64_t(m) * P);
+      for (int i = 0; i < m; ++i) {
+        const S* g = dout + int64_t(s0 + i) * out_.size();
+        for (int c = 0; c < C; ++c) {
+          std::memcpy(y_.data() + int64_t(c) * m * P + int64_t(i) * P, g + int64_t(c) * P,
+                      sizeof(S) * P);
+        }
+      }
+      db += y_.rowwise().sum().transpose();
+      Im2Col(in + int64_t(s0) * in_.size(), m);
+      dW.noalias() += y_ * col_.transpose();
+      if (din) {
+        dcol_.resize(K, int64_t(m) * P);
+        dcol_.noalias() = W.transpose() * y_;
+        Col2Im(m, din + int64_t(s0) * in_.size());
+      }
+    }
+  }
+
+ private:
+  // col_ [C_in k k, m P]: column i * P + q holds the input window of output pixel q of
+  // sample i (zeros where the window is in the padding).
+  void Im2Col(const S* in, int m) {
+    const int K = in_.c * k_ * k_, P = out_.h * out_.w;
+    col_.resize(K, int64_t(m) * P);
+    for (int c = 0; c < in_.c; ++c) {
+      for (int ky = 0; ky < k_; ++ky) {
+        for (int kx = 0; kx < k_; ++kx) {
+          S* row = col_.data() + int64_t((c * k_ + ky) * k_ + kx) * m * P;
+          for (int i = 0; i < m; ++i) {
+            const S* img = in + int64_t(i) * in_.size() + int64_t(c) * in_.h * in_.w;
+            S* dst = row + int64_t(i) * P;
+            for (int oy = 0; oy < out_.h; ++oy) {
+              const int y = oy * s_ - p_ + ky;
+              if (y < 0 || y >= in_.h) {
+                std::fill(dst + oy * out_.w, dst + (oy + 1) * out_.w, S(0));
+                continue;
+              }
+              const S* src = img + int64_t(y) * in_.w;
+              for (int ox = 0; ox < out_.w; ++ox) {
+                const int x = ox * s_ - p_ + kx;
+                dst[oy * out_.w + ox] = (x >= 0 && x < in_.w) ? src[x] : S(0);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  // din (m samples) = the sum of dcol_'s window values at each input pixel.
+  void Col2Im(int m, S* din) {
+    const int P = out_.h * out_.w;
+    std::fill(din, din + int64_t(m) * in_.size(), S(0));
+    for (int c = 0; c < in_.c; ++c) {
+      for (int ky = 0; ky < k_; ++ky) {
+        for (int kx = 0; kx < k_; ++kx) {
+          const S* row = dcol_.data() + int64_t((c * k_ + ky) * k_ + kx) * m * P;
+          for (int i = 0; i < m; ++i) {
+            S* img = din + int64_t(i) * in_.size() + int64_t(c) * in_.h * in_.w;
+            const S* src = row + int64_t(i) * P;
+            for (int oy = 0; oy < out_.h; ++oy) {
+              const int y = oy * s_ - p_ + ky;
+              if (y < 0 || y >= in_.h) continue;
+              S* dst = img + int64_t(y) * in_.w;
+              for (int ox = 0; ox < out_.w; ++ox) {
+                const int x = ox * s_ - p_ + kx;
+                if (x >= 0 && x < in_.w) dst[x] += src[oy * out_.w + ox];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  ImageShape in_, out_;
+  int k_, s_, p_, chunk_;
+  int64_t w_, b_;
+  Mat<S> col_, dcol_, y_;
+};
+
+// ---- max-pooling -------------------------------------------------------------------
+
+template <class S>
+class MaxPool : public Layer<S> {
+ public:
+  MaxPool(ImageShape in, int k, int stride, int pad)
+      : in_(in), out_(ConvShape(in, in.c, k, stride, pad)), k_(k), s_(stride), p_(pad) {}
+  int in_size() const override { return in_.size(); }
+  int out_size() const override { return out_.size(); }
+  void Forward(const S*, const S* in, int n, S* out) override {
+    Run(in, n, [&](int64_t o, int64_t src) { out[o] = in[src]; });
+  }
+  void Backward(const S*, const S* in, const S*, const S* dout, int n, S* din, S*) override {
+    if (!din) return;
+    std::fill(din, din + int64_t(n) * in_.size(), S(0));
+    Run(in, n, [&](int64_t o, int64_t src) { din[src] += dout[o]; });
+  }
+
+ private:
+  // Calls f(output index, input index of the window's first maximum).
+  template <class F>
+  void Run(const S* in, int n, F&& f) const {
+    for (int64_t i = 0; i < int64_t(n) * in_.c; ++i) {
+      const int64_t ibase = i * in_.h * in_.w, obase = i * out_.h * out_.w;
+      for (int oy = 0; oy < out_.h; ++oy) {
+        const int y0 = std::max(0, oy * s_ - p_), y1 = std::min(in_.h, oy * s_ - p_ + k_);
+        for (int ox = 0; ox < out_.w; ++ox) {
+          const int x0 = std::max(0, ox * s_ - p_), x1 = std::min(in_.w, ox * s_ - p_ + k_);
+          int64_t best = ibase + int64_t(y0) * in_.w + x0;
+          for (int y = y0; y < y1; ++y) {
+            for (int x = x0; x < x1; ++x) {
+              const int64_t j = ibase + int64_t(y) * in_.w + x;
+              if (in[j] > in[best]) best = j;
+            }
+          }
+          f(obase + int64_t(oy) * out_.w + ox, best);
+        }
+      }
+    }
+  }
+  ImageShape in_, out_;
+  int k_, s_, p_;
+};
+
+// ---- residual block ----------------------------------------------------------------
+
+template <class S>
+class Residual : public Layer<S> {
+ public:
+  Residual(ParamLayout* layout, const std::string& name, ImageShape in)
+      : size_(in.size()), relu_(in.size()),
+        conv0_(layout, name + "/conv0", in, in.c, 3, 1, 1),
+        conv1_(layout, name + "/conv1", in, in.c, 3, 1, 1) {}
+  int in_size() const override { return size_; }
+  int out_size() const override { return size_; }
+  double flops() const override { return conv0_.flops() + conv1_.flops(); }
+  void Forward(const S* p, const S* in, int n, S* out) override {
+    const size_t m = size_t(n) * size_;
+    a0_.resize(m), h0_.resize(m), a1_.resize(m), h1_.resize(m);
+    relu_.Forward(p, in, n, a0_.data());
+    conv0_.Forward(p, a0_.data(), n, h0_.data());
+    relu_.Forward(p, h0_.data(), n, a1_.data());
+    conv1_.Forward(p, a1_.data(), n, h1_.data());
+    for (size_t i = 0; i < m; ++i) out[i] = in[i] + h1_[i];
+  }
+  void Backward(const S* p, const S* in, const S*, const S* dout, int n, S* din,
+                S* grad) override {
+    const size_t m = size_t(n) * size_;
+    d0_.resize(m), d1_.resize(m);
+    conv1_.Backward(p, a1_.data(), h1_.data(), dout, n, d0_.data(), grad);   // d a1
+    relu_.Backward(p, h0_.data(), a1_.data(), d0_.data(), n, d1_.data(), grad);  // d h0
+    conv0_.Backward(p, a0_.data(), h0_.data(), d1_.data(), n, d0_.data(), grad);  // d a0
+    if (!din) return;
+    relu_.Backward(p, in, a0_.data(), d0_.data(), n, d1_.data(), grad);  // d in (branch)
+    for (size_t i = 0; i < m; ++i) din[i] = dout[i] + d1_[i];
+  }
+
+ private:
+  int size_;
+  Relu<S> relu_;
+  Conv<S> conv0_, conv1_;
+  std::vector<S> a0_, h0_, a1_, h1_, d0_, d1_;
+};
+
+}  // namespace
+
+template <class S>
+std::unique_ptr<Layer<S>> MakeDense(ParamLayout* layout, const std::string& name, int in, int out) {
+  return std::make_unique<Dense<S>>(layout, name, in, out);
+}
+template <class S>
+std::unique_ptr<Layer<S>> MakeRelu(int size) {
+  return std::make_unique<Relu<S>>(size);
+}
+template <class S>
+std::unique_ptr<Layer<S>> MakeTanh(int size) {
+  return std::make_unique<Tanh<S>>(size);
+}
+template <class S>
+std::unique_ptr<Layer<S>> MakeConv(ParamLayout* layout, const std::string& name, ImageShape in,
+                                   int out_channels, int k, int stride, int pad) {
+  return std::make_unique<Conv<S>>(layout, name, in, out_channels, k, stride, pad);
+}
+template <class S>
+std::unique_ptr<Layer<S>> MakeMaxPool(ImageShape in, int k, int stride, int pad) {
+  return std::make_unique<MaxPool<S>>(in, k, stride, pad);
+}
+template <class S>
+std::unique_ptr<Layer<S>> MakeResidual(ParamLayout* layout, const std::string& name, ImageShape in) {
+  return std::make_unique<Residual<S>>(layout, name, in);
+}
+
+// ---- LSTM --------------------------------------------------------------------------
+
+template <class S>
+struct Lstm<S>::Scratch {
+  int T1 = 0, B = 0;
+  const S* x = nullptr;           // the Forward's input (the caller keeps it alive)
+  std::vector<uint8_t> first;     // [T1, B]
+  Mat<S> h_prev, c_prev;          // [T1 * B, H]: state entering each step (after resets)
+  Mat<S> gates;                   // [T1 * B, 4H]: i, f, g, o after their nonlinearities
+  Mat<S> c, tanh_c;               // [T1 * B, H]
+  Mat<S> z, dz, dh, dc, dh_rec, dc_rec;
+};
+
+template <class S>
+Lstm<S>::Lstm(ParamLayout* layout, const std::string& name, int in, int hidden)
+    : in_(in), h_(hidden), s_(std::make_unique<Scratch>()) {
+  wx_ = layout->Add(name + "/wx", {in, 4 * hidden});
+  wh_ = layout->Add(name + "/wh", {hidden, 4 * hidden});
+  b_ = layout->Add(name + "/b", {4 * hidden});
+}
+template <class S>
+Lstm<S>::~Lstm() = default;
+
+namespace {
+template <class S>
+S Sigmoid(S x) {
+  return S(1) / (S(1) + std::exp(-x));
+}
+}  // namespace
+
+template <class S>
+void Lstm<S>::Forward(const S* p, const S* x, int T1, int B, const uint8_t* first,
+                      const S* initial_state, S* out, S* final_state) {
+  Scratch& s = *s_;
+  const int H = h_;
+  s.T1 = T1, s.B = B, s.x = x;
+  s.first.assign(first, first + size_t(T1) * B);
+  s.h_prev.resize(int64_t(T1) * B, H);
+  s.c_prev.resize(int64_t(T1) * B, H);
+  s.gates.resize(int64_t(T1) * B, 4 * H);
+  s.c.resize(int64_t(T1) * B, H);
+  s.tanh_c.resize(int64_t(T1) * B, H);
+  CMap<S> Wx(p + wx_, in_, 4 * H), Wh(p + wh_, H, 4 * H);
+  CRow<S> bias(p + b_, 4 * H);
+  // Input contributions for every step at once.
+  s.z.resize(int64_t(T1) * B, 4 * H);
+  s.z.noalias() = CMap<S>(x, int64_t(T1) * B, in_) * Wx;
+  s.z.rowwise() += bias;
+  for (int t = 0; t < T1; ++t) {
+    auto hp = s.h_prev.middleRows(int64_t(t) * B, B);
+    auto cp = s.c_prev.middleRows(int64_t(t) * B, B);
+    for (int b = 0; b < B; ++b) {
+      const bool reset = first[size_t(t) * B + b];
+      if (reset) {
+        hp.row(b).setZero();
+        cp.row(b).setZero();
+      } else if (t == 0) {
+        if (initial_state) {
+          hp.row(b) = CRow<S>(initial_state + int64_t(b) * 2 * H, H);
+          cp.row(b) = CRow<S>(initial_state + int64_t(b) * 2 * H + H, H);
+        } else {
+          hp.row(b).setZero();
+          cp.row(b).setZero();
+        }
+      } else {
+        hp.row(b) = Eigen::Map<const Eigen::Matrix<S, 1, Eigen::Dynamic>>(out + (int64_t(t - 1) * B + b) * H, H);
+        cp.row(b) = s.c.row(int64_t(t - 1) * B + b);
+      }
+    }
+    auto g = s.gates.middleRows(int64_t(t) * B, B);
+    g.noalias() = s.z.middleRows(int64_t(t) * B, B) + hp * Wh;
+    for (int b = 0; b < B; ++b) {
+      const int64_t r = int64_t(t) * B + b;
+      S* gr = s.gates.row(r).data();
+      S* o = out + r * H;
+      for (int j = 0; j < H; ++j) {
+        const S i = Sigmoid(gr[j]), f = Sigmoid(gr[H + j]), gg = std::tanh(gr[2 * H + j]),
+                ou = Sigmoid(gr[3 * H + j]);
+        gr[j] = i, gr[H + j] = f, gr[2 * H + j] = gg, gr[3 * H + j] = ou;
+        const S c = f * s.c_prev(r, j) + i * gg;
+        s.c(r, j) = c;
+        s.tanh_c(r, j) = std::tanh(c);
+        o[j] = ou * s.tanh_c(r, j);
+      }
+    }
+  }
+  if (final_state) {
+    for (int b = 0; b < B; ++b) {
+      const int64_t r = int64_t(T1 - 1) * B + b;
+      std::memcpy(final_state + int64_t(b) * 2 * H, out + r * H, sizeof(S) * H);
+      for (int j = 0; j < H; ++j) final_state[int64_t(b) * 2 * H + H + j] = s.c(r, j);
+    }
+  }
+}
+
+template <class S>
+void Lstm<S>::Backward(const S* p, const S* dout, S* dx, S* grad) {
+  Scratch& s = *s_;
+  const int H = h_, T1 = s.T1, B = s.B;
+  CMap<S> Wx(p + wx_, in_, 4 * H), Wh(p + wh_, H, 4 * H);
+  s.dz.resize(int64_t(T1) * B, 4 * H);
+  s.dh_rec = Mat<S>::Zero(B, H);  // dLoss/dh_t through step t+1
+  s.dc_rec = Mat<S>::Zero(B, H);
+  for (int t = T1 - 1; t >= 0; --t) {
+    for (int b = 0; b < B; ++b) {
+      const int64_t r = int64_t(t) * B + b;
+      const S* gr = s.gates.row(r).data();
+      S* dzr = s.dz.row(r).data();
+      for (int j = 0; j < H; ++j) {
+        const S i = gr[j], f = gr[H + j], gg = gr[2 * H + j], ou = gr[3 * H + j];
+        const S tc = s.tanh_c(r, j);
+        const S dh = dout[r * H + j] + s.dh_rec(b, j);
+        const S dc = dh * ou * (S(1) - tc * tc) + s.dc_rec(b, j);
+        dzr[j] = dc * gg * i * (S(1) - i);
+        dzr[H + j] = dc * s.c_prev(r, j) * f * (S(1) - f);
+        dzr[2 * H + j] = dc * i * (S(1) - gg * gg);
+        dzr[3 * H + j] = dh * tc * ou * (S(1) - ou);
+        s.dc_rec(b, j) = dc * f;  // to c_{t-1}
+      }
+    }
+    auto dzt = s.dz.middleRows(int64_t(t) * B, B);
+    s.dh_rec.noalias() = dzt * Wh.transpose();
+    // A reset cut the state: nothing flows into the previous step.
+    for (int b = 0; b < B; ++b) {
+      if (s.first[size_t(t) * B + b]) {
+        s.dh_rec.row(b).setZero();
+        s.dc_rec.row(b).setZero();
+      }
+    }
+  }
+  MMap<S>(grad + wx_, in_, 4 * H).noalias() += CMap<S>(s.x, int64_t(T1) * B, in_).transpose() * s.dz;
+  MMap<S>(grad + wh_, H, 4 * H).noalias() += s.h_prev.transpose() * s.dz;
+  MRow<S>(grad + b_, 4 * H) += s.dz.colwise().sum();
+  if (dx) MMap<S>(dx, int64_t(T1) * B, in_).noalias() = s.dz * Wx.transpose();
+}
+
+#define STAMPEDE_LAYERS(S)                                                                      \
+  template std::unique_ptr<Layer<S>> MakeDense<S>(ParamLayout*, const std::string&, int, int); \
+  template std::unique_ptr<Layer<S>> MakeRelu<S>(int);                                          \
+  template std::unique_ptr<Layer<S>> MakeTanh<S>(int);                                          \
+  template std::unique_ptr<Layer<S>> MakeConv<S>(ParamLayout*, const std::string&, ImageShape, \
+                                                 int, int, int, int);                           \
+  template std::unique_ptr<Layer<S>> MakeMaxPool<S>(ImageShape, int, int, int);                 \
+  template std::unique_ptr<Layer<S>> MakeResidual<S>(ParamLayout*, const std::string&,         \
+                                                     ImageShape);                               \
+  template class Lstm<S>;
+STAMPEDE_LAYERS(float)
+STAMPEDE_LAYERS(double)
+#undef STAMPEDE_LAYERS
+
+}  // namespace stampede::net

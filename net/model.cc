@@ -1,0 +1,310 @@
+#include "net/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+
+#include "net/layers.h"
+
+namespace stampede::net {
+
+int ModelSpec::obs_size() const {
+  int n = 1;
+  for (int d : obs_shape) n *= d;
+  return n;
+}
+
+PolicyShape CategoricalPolicy(int num_actions) {
+  PolicyShape p;
+  p.kind = PolicyKind::kCategorical;
+  p.num_components = 1;
+  p.nvec[0] = num_actions;
+  return p;
+}
+
+namespace {
+bool IsCnn(const std::string& torso) {
+  return torso == "shallow_cnn" || torso == "deep_resnet" || torso == "small_cnn";
+}
+
+ImageShape ImageOf(const std::vector<int>& shape) {
+  if (shape.size() == 3) return ImageShape{shape[0], shape[1], shape[2]};
+  if (shape.size() == 2) return ImageShape{1, shape[0], shape[1]};
+  return ImageShape{};
+}
+
+std::string ShapeText(ImageShape s) {
+  return "[" + std::to_string(s.c) + ", " + std::to_string(s.h) + ", " + std::to_string(s.w) + "]";
+}
+
+// The torso's layers, registering their parameters; `error` set (and an empty list)
+// when the observation is too small for the torso.
+template <class S>
+std::vector<std::unique_ptr<Layer<S>>> BuildTorso(const ModelSpec& spec, ParamLayout* layout,
+                                                  std::string* error) {
+  std::vector<std::unique_ptr<Layer<S>>> L;
+  if (spec.torso == "mlp") {
+    int in = spec.obs_size();
+    for (size_t i = 0; i < spec.hidden_sizes.size(); ++i) {
+      const int out = spec.hidden_sizes[i];
+      L.push_back(MakeDense<S>(layout, "torso/" + std::to_string(i), in, out));
+      if (spec.activation == Activation::kRelu) {
+        L.push_back(MakeRelu<S>(out));
+      } else {
+        L.push_back(MakeTanh<S>(out));
+      }
+      in = out;
+    }
+    return L;
+  }
+  ImageShape img = ImageOf(spec.obs_shape);
+  auto conv = [&](const std::string& name, int channels, int k, int s, int p) {
+    const ImageShape out = ConvShape(img, channels, k, s, p);
+    if (out.h < 1 || out.w < 1) {
+      *error = "net.torso \"" + spec.torso + "\": a " + std::to_string(k) + "x" + std::to_string(k) +
+               " window with stride " + std::to_string(s) + " does not fit the image " +
+               ShapeText(img) + " (observation shape too small for this torso)";
+      return false;
+    }
+    L.push_back(MakeConv<S>(layout, name, img, channels, k, s, p));
+    img = out;
+    return true;
+  };
+  auto relu = [&] { L.push_back(MakeRelu<S>(img.size())); };
+  bool ok = true;
+  if (spec.torso == "shallow_cnn") {
+    ok = conv("torso/conv0", 16, 8, 4, 0);
+    if (ok) relu(), ok = conv("torso/conv1", 32, 4, 2, 0);
+    if (ok) relu();
+  } else if (spec.torso == "small_cnn") {
+    ok = conv("torso/conv0", 16, 3, 1, 0);
+    if (ok) relu();
+  } else if (spec.torso == "deep_resnet") {
+    const int channels[3] = {16, 32, 32};
+    for (int i = 0; i < 3 && ok; ++i) {
+      const std::string stack = "torso/stack" + std::to_string(i);
+      ok = conv(stack + "/conv", channels[i], 3, 1, 1);
+      if (!ok) break;
+      const ImageShape pooled = ConvShape(img, img.c, 3, 2, 1);
+      L.push_back(MakeMaxPool<S>(img, 3, 2, 1));
+      img = pooled;
+      L.push_back(MakeResidual<S>(layout, stack + "/res0", img));
+      L.push_back(MakeResidual<S>(layout, stack + "/res1", img));
+    }
+    if (ok) relu();
+  }
+  if (!ok) return {};
+  L.push_back(MakeDense<S>(layout, "torso/fc", img.size(), spec.fc_size));
+  L.push_back(MakeRelu<S>(spec.fc_size));
+  return L;
+}
+
+template <class S>
+class CpuModel : public Model<S> {
+ public:
+  explicit CpuModel(const ModelSpec& spec) : spec_(spec) {
+    if (std::string e = spec.Check(); !e.empty()) throw std::invalid_argument(e);
+    std::string error;
+    torso_ = BuildTorso<S>(spec_, &layout_, &error);
+    if (!error.empty()) throw std::invalid_argument(error);
+    feature_ = torso_.empty() ? spec_.obs_size() : torso_.back()->out_size();
+    if (spec_.lstm_size > 0) {
+      core_ = std::make_unique<Lstm<S>>(&layout_, "core", feature_, spec_.lstm_size);
+      feature_ = spec_.lstm_size;
+    }
+    const bool gaussian = spec_.policy.kind == PolicyKind::kGaussian;
+    head_outputs_ = gaussian ? spec_.policy.num_components : spec_.policy.output_size();
+    policy_ = MakeDense<S>(&layout_, "policy", feature_, head_outputs_);
+    if (gaussian) log_std_ = layout_.Add("policy/log_std", {spec_.policy.num_components});
+    baseline_ = MakeDense<S>(&layout_, "baseline", feature_, 1);
+    acts_.resize(torso_.size() + 1);
+  }
+  const ModelSpec& spec() const override { return spec_; }
+  const ParamLayout& layout() const override { return layout_; }
+  double ForwardFlops() const override {
+    double f = policy_->flops() + baseline_->flops() + (core_ ? core_->flops() : 0);
+    for (const auto& l : torso_) f += l->flops();
+    return f;
+  }
+
+  void Step(const S* params, const void* obs, int n, const uint8_t* first, const S* state_in,
+            S* state_out, S* policy, S* values) override {
+    if (first == nullptr) {
+      no_reset_.assign(size_t(n), 0);
+      first = no_reset_.data();
+    }
+    Run(params, obs, 1, n, first, state_in, state_out, policy, values);
+  }
+
+  void Forward(const S* params, const void* obs, int T1, int B, const uint8_t* first,
+               const S* initial_state, S* policy, S* values) override {
+    Run(params, obs, T1, B, first, initial_state, nullptr, policy, values);
+  }
+
+  void Backward(const S* params, const S* dpolicy, const S* dvalues, S* grad) override {
+    const int64_t rows = rows_;
+    const int F = feature_, P = spec_.policy.output_size();
+    const S* h = core_ ? core_out_.data() : acts_.back().data();
+    const bool gaussian = spec_.policy.kind == PolicyKind::kGaussian;
+    const S* dhead = dpolicy;
+    if (gaussian) {
+      const int D = spec_.policy.num_components;
+      head_tmp_.resize(size_t(rows) * D);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int d = 0; d < D; ++d) {
+          head_tmp_[r * D + d] = dpolicy[r * P + d];
+          grad[log_std_ + d] += dpolicy[r * P + D + d];
+        }
+      }
+      dhead = head_tmp_.data();
+    }
+    dfeat_.resize(size_t(rows) * F);
+    dtmp_.resize(size_t(rows) * F);
+    policy_->Backward(params, h, nullptr, dhead, int(rows), dfeat_.data(), grad);
+    baseline_->Backward(params, h, nullptr, dvalues, int(rows), dtmp_.data(), grad);
+    for (size_t i = 0; i < dfeat_.size(); ++i) dfeat_[i] += dtmp_[i];
+    if (core_) {
+      dtmp_.resize(size_t(rows) * core_->in_size());
+      core_->Backward(params, dfeat_.data(), dtmp_.data(), grad);
+      std::swap(dfeat_, dtmp_);
+    }
+    for (size_t i = torso_.size(); i-- > 0;) {
+      S* din = nullptr;
+      if (i > 0) {
+        dtmp_.resize(size_t(rows) * torso_[i]->in_size());
+        din = dtmp_.data();
+      }
+      torso_[i]->Backward(params, acts_[i].data(), acts_[i + 1].data(), dfeat_.data(), int(rows),
+                          din, grad);
+      if (din) std::swap(dfeat_, dtmp_);
+    }
+  }
+
+ private:
+  void Run(const S* params, const void* obs, int T1, int B, const uint8_t* first,
+           const S* initial_state, S* final_state, S* policy, S* values) {
+    const int64_t rows = int64_t(T1) * B;
+    rows_ = rows;
+    const int64_t D = spec_.obs_size();
+    auto& in = acts_[0];
+    in.resize(size_t(rows * D));
+    if (spec_.uint8_obs) {
+      const uint8_t* u = static_cast<const uint8_t*>(obs);
+      for (int64_t i = 0; i < rows * D; ++i) in[i] = S(u[i]) * S(kUint8InputScale);
+    } else {
+      const float* f = static_cast<const float*>(obs);
+      for (int64_t i = 0; i < rows * D; ++i) in[i] = S(f[i]);
+    }
+    for (size_t i = 0; i < torso_.size(); ++i) {
+      acts_[i + 1].resize(size_t(rows) * torso_[i]->out_size());
+      torso_[i]->Forward(params, acts_[i].data(), int(rows), acts_[i + 1].data());
+    }
+    const S* h = acts_.back().data();
+    if (core_) {
+      core_out_.resize(size_t(rows) * spec_.lstm_size);
+      core_->Forward(params, h, T1, B, first, initial_state, core_out_.data(), final_state);
+      h = core_out_.data();
+    }
+    if (policy) {
+      if (spec_.policy.kind == PolicyKind::kGaussian) {
+        const int Dp = spec_.policy.num_components;
+        head_tmp_.resize(size_t(rows) * Dp);
+        policy_->Forward(params, h, int(rows), head_tmp_.data());
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int d = 0; d < Dp; ++d) {
+            policy[r * 2 * Dp + d] = head_tmp_[r * Dp + d];
+            policy[r * 2 * Dp + Dp + d] = params[log_std_ + d];
+          }
+        }
+      } else {
+        policy_->Forward(params, h, int(rows), policy);
+      }
+    }
+    if (values) baseline_->Forward(params, h, int(rows), values);
+  }
+
+  ModelSpec spec_;
+  ParamLayout layout_;
+  std::vector<std::unique_ptr<Layer<S>>> torso_;
+  std::unique_ptr<Lstm<S>> core_;
+  std::unique_ptr<Layer<S>> policy_, baseline_;
+  int64_t log_std_ = -1;
+  int feature_ = 0, head_outputs_ = 0;
+  int64_t rows_ = 0;
+  std::vector<std::vector<S>> acts_;  // acts_[0]: input; acts_[i+1]: output of torso layer i
+  std::vector<S> core_out_, head_tmp_, dfeat_, dtmp_;
+  std::vector<uint8_t> no_reset_;
+};
+}  // namespace
+
+std::string ModelSpec::Check() const {
+  if (torso != "mlp" && !IsCnn(torso)) {
+    return "net.torso: \"" + torso +
+           "\" is not known, expected \"mlp\", \"shallow_cnn\", \"deep_resnet\" or \"small_cnn\"";
+  }
+  if (obs_shape.empty() || obs_size() <= 0) return "the observation shape is empty";
+  if (IsCnn(torso) && obs_shape.size() != 2 && obs_shape.size() != 3) {
+    return "net.torso \"" + torso + "\" takes image observations ([H, W] or [C, H, W]), but the "
+           "env's observation has rank " + std::to_string(obs_shape.size());
+  }
+  if (torso == "mlp") {
+    for (int h : hidden_sizes) {
+      if (h <= 0) return "net.hidden_sizes: " + std::to_string(h) + " is not a positive width";
+    }
+  }
+  if (IsCnn(torso) && fc_size <= 0) return "net.fc_size: must be positive";
+  if (lstm_size < 0) return "net.lstm_size: must be 0 (no core) or positive";
+  if (policy.num_components < 1 || policy.num_components > kMaxActionComponents) {
+    return "the action space has " + std::to_string(policy.num_components) +
+           " components, expected 1 to " + std::to_string(kMaxActionComponents);
+  }
+  if (policy.kind != PolicyKind::kGaussian) {
+    for (int k = 0; k < policy.num_components; ++k) {
+      if (policy.nvec[k] < 1) return "an action component has no actions";
+    }
+  }
+  return "";
+}
+
+ParamLayout ModelLayout(const ModelSpec& spec) { return CpuModel<float>(spec).layout(); }
+
+void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params) {
+  const ParamLayout layout = ModelLayout(spec);
+  if (int64_t(params.size()) != layout.total_size()) {
+    throw std::invalid_argument("InitParams: buffer of " + std::to_string(params.size()) +
+                                " floats for a layout of " + std::to_string(layout.total_size()));
+  }
+  std::mt19937_64 rng(seed);
+  std::fill(params.begin(), params.end(), 0.f);
+  for (const auto& t : layout.tensors()) {
+    if (t.name == "core/b") {  // forget gates start open
+      const int H = t.shape[0] / 4;
+      for (int j = H; j < 2 * H; ++j) params[t.offset + j] = 1.f;
+      continue;
+    }
+    double fan_in = 0, fan_out = 0;
+    if (t.shape.size() == 2) {
+      fan_in = t.shape[0], fan_out = t.shape[1];
+    } else if (t.shape.size() == 4) {
+      const double area = double(t.shape[2]) * t.shape[3];
+      fan_in = t.shape[1] * area, fan_out = t.shape[0] * area;
+    } else {
+      continue;  // biases and log-std stay zero
+    }
+    double limit = std::sqrt(6.0 / (fan_in + fan_out));
+    if (t.name == "policy/w") limit *= 0.01;
+    std::uniform_real_distribution<double> u(-limit, limit);
+    for (int64_t i = 0; i < t.size; ++i) params[t.offset + i] = static_cast<float>(u(rng));
+  }
+}
+
+template <class S>
+std::unique_ptr<Model<S>> MakeCpuModel(const ModelSpec& spec) {
+  return std::make_unique<CpuModel<S>>(spec);
+}
+template std::unique_ptr<Model<float>> MakeCpuModel<float>(const ModelSpec&);
+template std::unique_ptr<Model<double>> MakeCpuModel<double>(const ModelSpec&);
+
+}  // namespace stampede::net

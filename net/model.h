@@ -1,0 +1,87 @@
+// The model interface the actor, the learner and the loss use: torso -> optional LSTM
+// core -> policy and baseline heads, over one flat parameter buffer whose layout and
+// initialisation depend only on the ModelSpec (the same on every backend, so a learner's
+// parameters load into any actor bit-for-bit).
+//
+// Torsos: "mlp" (hidden_sizes, relu or tanh), "shallow_cnn" (IMPALA: 16 8x8/4, 32 4x4/2,
+// FC fc_size), "deep_resnet" (IMPALA: stacks of 16, 32, 32 channels, each a 3x3 conv,
+// 3x3/2 max-pool and two residual blocks; FC fc_size), "small_cnn" (MinAtar: 16 3x3/1,
+// FC fc_size). uint8 observations are scaled by 1/255 inside the model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "net/distribution.h"
+#include "net/layout.h"
+
+namespace stampede::net {
+
+enum class Activation { kRelu, kTanh };
+
+struct ModelSpec {
+  std::vector<int> obs_shape;  // [D], [H, W] or [C, H, W]
+  bool uint8_obs = false;
+  std::string torso = "mlp";
+  std::vector<int> hidden_sizes{64, 64};  // mlp
+  Activation activation = Activation::kRelu;  // mlp
+  int fc_size = 256;                      // CNN torsos
+  int lstm_size = 0;                      // 0: no core
+  PolicyShape policy;
+
+  int obs_size() const;
+  // Empty when the spec builds a network, else what is wrong (names the field).
+  std::string Check() const;
+};
+
+// A categorical policy over A actions.
+PolicyShape CategoricalPolicy(int num_actions);
+
+// The parameter layout of a spec (the same tensors every backend uses).
+ParamLayout ModelLayout(const ModelSpec& spec);
+// Seeded initialisation: weights uniform in +-sqrt(6 / (fan_in + fan_out)) (Glorot; a
+// conv's fans are channels x k x k), the policy head's weights scaled by 0.01 so the
+// first policy is near uniform, biases and log-std zero, LSTM forget-gate bias 1.
+void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params);
+
+constexpr double kUint8InputScale = 1.0 / 255.0;
+
+template <class S>
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelSpec& spec() const = 0;
+  virtual const ParamLayout& layout() const = 0;
+  int obs_size() const { return spec().obs_size(); }
+  int policy_size() const { return spec().policy.output_size(); }
+  // Floats of recurrent state per row (0 without a core): [h, c].
+  int state_size() const { return 2 * spec().lstm_size; }
+  // Floating-point operations of one row's forward pass (multiply-add = 2; convolutions,
+  // dense layers and the LSTM's products; elementwise work not counted).
+  virtual double ForwardFlops() const = 0;
+
+  // Acting: one step of n rows. `obs` is n observations in the spec's dtype; the rows
+  // whose `first` is set (may be null: none) start from a zero state, the others from
+  // state_in [n, state_size]. Writes state_out (may alias state_in, may be null),
+  // policy outputs [n, policy_size] and values [n] (either may be null).
+  virtual void Step(const S* params, const void* obs, int n, const uint8_t* first,
+                    const S* state_in, S* state_out, S* policy, S* values) = 0;
+
+  // Learning: T1 x B time-major rows (index t * B + b) starting from initial_state
+  // [B, state_size] (null: zeros), with the state reset to zero before rows whose
+  // `first` is set. Writes policy [T1 * B, policy_size] and values [T1 * B]; keeps the
+  // activations for Backward.
+  virtual void Forward(const S* params, const void* obs, int T1, int B, const uint8_t* first,
+                       const S* initial_state, S* policy, S* values) = 0;
+  // Given dLoss/dpolicy and dLoss/dvalues for the last Forward, ADDS dLoss/dparams.
+  virtual void Backward(const S* params, const S* dpolicy, const S* dvalues, S* grad) = 0;
+};
+
+// The CPU (Eigen) model.
+template <class S>
+std::unique_ptr<Model<S>> MakeCpuModel(const ModelSpec& spec);
+
+}  // namespace stampede::net
