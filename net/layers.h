@@ -21,7 +21,8 @@ struct ImageShape {
 };
 
 // Output side of a k x k window with stride s and padding p on each side.
-inline int ConvOut(int in, int k, int s, int p) { return (in + 2 * p - k) / s + 1; }
+// (0 when the window does not fit).
+inline int ConvOut(int in, int k, int s, int p) { return in + 2 * p < k ? 0 : (in + 2 * p - k) / s + 1; }
 
 template <class S>
 class Layer {

@@ -1,0 +1,472 @@
+// The networks: every layer's gradient against central finite differences (double
+// precision), forward passes against hand-computed small cases, the LSTM's episode
+// resets, the heads' log-probabilities and entropies, and whole models (each torso,
+// with and without the core, each head) through the IMPALA loss.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "learner/loss.h"
+#include "net/distribution.h"
+#include "net/layers.h"
+#include "net/model.h"
+
+using namespace stampede;
+using net::ImageShape;
+
+namespace {
+std::vector<double> Random(size_t n, uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> d(0, scale);
+  std::vector<double> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double Dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Checks d(sum(out * R))/d(params) and /d(in) of a layer against finite differences.
+void CheckLayer(net::Layer<double>& layer, int64_t num_params, int n, uint64_t seed) {
+  std::vector<double> p = Random(num_params, seed, 0.5), in = Random(size_t(n) * layer.in_size(), seed + 1);
+  const std::vector<double> R = Random(size_t(n) * layer.out_size(), seed + 2);
+  std::vector<double> out(R.size()), grad(num_params, 0.0), din(in.size());
+  auto loss = [&](const std::vector<double>& pp, const std::vector<double>& x) {
+    std::vector<double> o(R.size());
+    layer.Forward(pp.data(), x.data(), n, o.data());
+    return Dot(o, R);
+  };
+  layer.Forward(p.data(), in.data(), n, out.data());
+  layer.Backward(p.data(), in.data(), out.data(), R.data(), n, din.data(), grad.data());
+  const double eps = 1e-6;
+  for (int64_t k = 0; k < num_params; ++k) {
+    std::vector<double> q = p;
+    q[k] += eps;
+    const double up = loss(q, in);
+    q[k] -= 2 * eps;
+    const double fd = (up - loss(q, in)) / (2 * eps);
+    INFO("parameter " << k);
+    CHECK(grad[k] == Approx(fd).margin(1e-6).epsilon(1e-5));
+  }
+  for (size_t k = 0; k < in.size(); ++k) {
+    std::vector<double> x = in;
+    x[k] += eps;
+    const double up = loss(p, x);
+    x[k] -= 2 * eps;
+    const double fd = (up - loss(p, x)) / (2 * eps);
+    INFO("input " << k);
+    CHECK(din[k] == Approx(fd).margin(1e-6).epsilon(1e-5));
+  }
+}
+}  // namespace
+
+TEST_CASE("layers: gradients match finite differences (FC, conv, max-pool, residual)", "[net]") {
+  SECTION("fully connected") {
+    net::ParamLayout L;
+    auto layer = net::MakeDense<double>(&L, "fc", 5, 4);
+    CheckLayer(*layer, L.total_size(), 3, 1);
+  }
+  SECTION("conv with stride and padding") {
+    net::ParamLayout L;
+    auto layer = net::MakeConv<double>(&L, "c", ImageShape{2, 6, 5}, 3, 3, 2, 1);
+    CHECK(layer->out_size() == 3 * 3 * 3);
+    CheckLayer(*layer, L.total_size(), 2, 2);
+  }
+  SECTION("conv without padding (IMPALA shallow: 8x8 stride 4)") {
+    net::ParamLayout L;
+    auto layer = net::MakeConv<double>(&L, "c", ImageShape{1, 12, 16}, 2, 8, 4, 0);
+    CHECK(layer->out_size() == 2 * 2 * 3);
+    CheckLayer(*layer, L.total_size(), 2, 3);
+  }
+  SECTION("max-pool 3x3 stride 2, padded") {
+    auto layer = net::MakeMaxPool<double>(ImageShape{2, 5, 6}, 3, 2, 1);
+    CHECK(layer->out_size() == 2 * 3 * 3);
+    CheckLayer(*layer, 0, 3, 4);  // random inputs: no ties, so the max is differentiable
+  }
+  SECTION("residual block") {
+    net::ParamLayout L;
+    auto layer = net::MakeResidual<double>(&L, "r", ImageShape{2, 4, 3});
+    CheckLayer(*layer, L.total_size(), 2, 5);
+  }
+}
+
+TEST_CASE("layers: forward passes equal hand-computed values", "[net]") {
+  SECTION("conv: one 3x3 image, one 2x2 kernel, stride 1, no padding") {
+    net::ParamLayout L;
+    auto conv = net::MakeConv<double>(&L, "c", ImageShape{1, 3, 3}, 1, 2, 1, 0);
+    const std::vector<double> p = {1, 2, 3, 4, /*bias*/ 0.5};
+    const std::vector<double> img = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    std::vector<double> out(4);
+    conv->Forward(p.data(), img.data(), 1, out.data());
+    // top-left window [1 2; 4 5] . [1 2; 3 4] = 1 + 4 + 12 + 20 = 37, + 0.5
+    CHECK(out == std::vector<double>{37.5, 47.5, 67.5, 77.5});
+  }
+  SECTION("conv: padding 1 sees zeros outside the image") {
+    net::ParamLayout L;
+    auto conv = net::MakeConv<double>(&L, "c", ImageShape{1, 2, 2}, 1, 3, 1, 1);
+    std::vector<double> p(10, 0.0);
+    p[0] = 1;  // the kernel's top-left tap: out(y, x) = in(y - 1, x - 1)
+    const std::vector<double> img = {1, 2, 3, 4};
+    std::vector<double> out(4);
+    conv->Forward(p.data(), img.data(), 1, out.data());
+    CHECK(out == std::vector<double>{0, 0, 0, 1});
+  }
+  SECTION("max-pool: 3x3 stride 2 padding 1 on a 4x4 image") {
+    auto pool = net::MakeMaxPool<double>(ImageShape{1, 4, 4}, 3, 2, 1);
+    const std::vector<double> img = {1, 5, 2, 0, 3, 4, 9, 1, 0, 2, 1, 8, 7, 0, 3, 6};
+    std::vector<double> out(4);
+    pool->Forward(nullptr, img.data(), 1, out.data());
+    // windows rows/cols {0,1}x{0,1}, {0,1}x{1,2,3}, {1,2,3}x{0,1}, {1,2,3}x{1,2,3}
+    CHECK(out == std::vector<double>{5, 9, 7, 9});
+  }
+  SECTION("LSTM: one step of one unit") {
+    net::ParamLayout L;
+    net::Lstm<double> lstm(&L, "core", 1, 1);
+    // wx = [i f g o] = [0.5, -0.3, 0.8, 0.1], wh = [0.2, 0.4, -0.6, 0.3], b = [0.1, 1, 0, -0.2]
+    const std::vector<double> p = {0.5, -0.3, 0.8, 0.1, 0.2, 0.4, -0.6, 0.3, 0.1, 1, 0, -0.2};
+    const double x = 0.7, h0 = 0.3, c0 = -0.5;
+    const std::vector<double> state = {h0, c0};
+    const uint8_t first = 0;
+    double h = 0;
+    std::vector<double> final_state(2);
+    lstm.Forward(p.data(), &x, 1, 1, &first, state.data(), &h, final_state.data());
+    auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+    const double i = sig(0.5 * x + 0.2 * h0 + 0.1), f = sig(-0.3 * x + 0.4 * h0 + 1);
+    const double g = std::tanh(0.8 * x - 0.6 * h0), o = sig(0.1 * x + 0.3 * h0 - 0.2);
+    const double c = f * c0 + i * g;
+    CHECK(h == Approx(o * std::tanh(c)).epsilon(1e-12));
+    CHECK(final_state[1] == Approx(c).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("LSTM: gradients match finite differences across an episode reset", "[net]") {
+  const int T1 = 4, B = 2, in = 3, H = 2;
+  net::ParamLayout L;
+  net::Lstm<double> lstm(&L, "core", in, H);
+  std::vector<double> p = Random(L.total_size(), 7, 0.6);
+  const std::vector<double> x = Random(size_t(T1) * B * in, 8), init = Random(size_t(B) * 2 * H, 9, 0.5);
+  const std::vector<double> R = Random(size_t(T1) * B * H, 10);
+  std::vector<uint8_t> first(T1 * B, 0);
+  first[2 * B + 0] = 1;  // unroll 0 starts a new episode at t = 2
+  auto loss = [&](const std::vector<double>& pp, const std::vector<double>& xx) {
+    std::vector<double> out(R.size());
+    lstm.Forward(pp.data(), xx.data(), T1, B, first.data(), init.data(), out.data(), nullptr);
+    return Dot(out, R);
+  };
+  std::vector<double> out(R.size()), grad(p.size(), 0.0), dx(x.size());
+  lstm.Forward(p.data(), x.data(), T1, B, first.data(), init.data(), out.data(), nullptr);
+  lstm.Backward(p.data(), R.data(), dx.data(), grad.data());
+  const double eps = 1e-6;
+  for (size_t k = 0; k < p.size(); ++k) {
+    std::vector<double> q = p;
+    q[k] += eps;
+    const double up = loss(q, x);
+    q[k] -= 2 * eps;
+    INFO("parameter " << k);
+    CHECK(grad[k] == Approx((up - loss(q, x)) / (2 * eps)).margin(1e-6).epsilon(1e-5));
+  }
+  for (size_t k = 0; k < x.size(); ++k) {
+    std::vector<double> xx = x;
+    xx[k] += eps;
+    const double up = loss(p, xx);
+    xx[k] -= 2 * eps;
+    const double fd = (up - loss(p, xx)) / (2 * eps);
+    INFO("input " << k);
+    CHECK(dx[k] == Approx(fd).margin(1e-6).epsilon(1e-5));
+  }
+}
+
+namespace {
+net::ModelSpec Spec(const std::string& torso, std::vector<int> obs, int lstm, net::PolicyShape pol,
+                    bool uint8_obs = false) {
+  net::ModelSpec s;
+  s.obs_shape = std::move(obs);
+  s.uint8_obs = uint8_obs;
+  s.torso = torso;
+  s.hidden_sizes = {6};
+  s.fc_size = 5;
+  s.lstm_size = lstm;
+  s.policy = pol;
+  return s;
+}
+
+net::PolicyShape MultiDiscrete(std::vector<int> nvec) {
+  net::PolicyShape p;
+  p.kind = net::PolicyKind::kMultiDiscrete;
+  p.num_components = int(nvec.size());
+  for (size_t k = 0; k < nvec.size(); ++k) p.nvec[k] = nvec[k];
+  return p;
+}
+
+net::PolicyShape Gaussian(int dim) {
+  net::PolicyShape p;
+  p.kind = net::PolicyKind::kGaussian;
+  p.num_components = dim;
+  return p;
+}
+}  // namespace
+
+TEST_CASE("LSTM: an unroll across an episode end equals two separate unrolls", "[net]") {
+  const auto spec = Spec("mlp", {3}, 4, net::CategoricalPolicy(3));
+  auto model = net::MakeCpuModel<double>(spec);
+  std::vector<float> pf(model->layout().total_size());
+  net::InitParams(spec, 3, pf);
+  const std::vector<double> p(pf.begin(), pf.end());
+  const int T1 = 7, B = 1, split = 3;  // rows 0..2 one episode, rows 3..6 the next
+  std::vector<float> obs(T1 * 3);
+  for (size_t i = 0; i < obs.size(); ++i) obs[i] = float(std::sin(0.7 * double(i)));
+  const std::vector<double> init = Random(8, 4, 0.5);
+  std::vector<uint8_t> first(T1, 0);
+  first[split] = 1;
+  std::vector<double> pol(T1 * 3), val(T1);
+  model->Forward(p.data(), obs.data(), T1, B, first.data(), init.data(), pol.data(), val.data());
+  std::vector<double> pol_a(split * 3), val_a(split), pol_b((T1 - split) * 3), val_b(T1 - split);
+  std::vector<uint8_t> none(T1, 0);
+  model->Forward(p.data(), obs.data(), split, B, none.data(), init.data(), pol_a.data(), val_a.data());
+  model->Forward(p.data(), obs.data() + split * 3, T1 - split, B, none.data(), nullptr, pol_b.data(),
+                 val_b.data());
+  for (int t = 0; t < T1; ++t) {
+    const double v = t < split ? val_a[t] : val_b[t - split];
+    CHECK(val[t] == Approx(v).epsilon(1e-12));
+    for (int j = 0; j < 3; ++j) {
+      const double z = t < split ? pol_a[t * 3 + j] : pol_b[(t - split) * 3 + j];
+      CHECK(pol[t * 3 + j] == Approx(z).epsilon(1e-12));
+    }
+  }
+  // Acting one step at a time, carrying the state, gives the learner's outputs.
+  std::vector<double> state = init, step_pol(3);
+  double step_val = 0;
+  for (int t = 0; t < T1; ++t) {
+    model->Step(p.data(), obs.data() + t * 3, 1, &first[t], state.data(), state.data(),
+                step_pol.data(), &step_val);
+    CHECK(step_val == Approx(val[t]).epsilon(1e-12));
+    CHECK(step_pol[0] == Approx(pol[t * 3]).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("heads: log-probabilities and entropies equal their formulas", "[net]") {
+  SECTION("categorical") {
+    const auto pol = net::CategoricalPolicy(3);
+    const double z[3] = {0.2, -1.0, 0.5};
+    const double lse = std::log(std::exp(0.2) + std::exp(-1.0) + std::exp(0.5));
+    const float a = 2;
+    CHECK(net::PolicyLogProb(pol, z, &a) == Approx(0.5 - lse));
+    double h = 0;
+    for (double v : z) h -= std::exp(v - lse) * (v - lse);
+    CHECK(net::PolicyEntropy(pol, z) == Approx(h));
+  }
+  SECTION("multi-discrete: independent components add") {
+    const auto pol = MultiDiscrete({2, 3});
+    const double z[5] = {0.1, 0.4, -0.2, 0.3, 1.1};
+    const float a[2] = {1, 0};
+    const double l0 = 0.4 - std::log(std::exp(0.1) + std::exp(0.4));
+    const double l1 = -0.2 - std::log(std::exp(-0.2) + std::exp(0.3) + std::exp(1.1));
+    CHECK(net::PolicyLogProb(pol, z, a) == Approx(l0 + l1));
+    const auto c0 = net::CategoricalPolicy(2), c1 = net::CategoricalPolicy(3);
+    CHECK(net::PolicyEntropy(pol, z) == Approx(net::PolicyEntropy(c0, z) + net::PolicyEntropy(c1, z + 2)));
+  }
+  SECTION("gaussian: the normal density and entropy") {
+    const auto pol = Gaussian(2);
+    const double out[4] = {0.5, -1.0, std::log(2.0), std::log(0.5)};
+    const float a[2] = {1.5f, -0.75f};
+    const double pi = 3.14159265358979323846;
+    auto logpdf = [&](double x, double m, double s) {
+      return std::log(std::exp(-(x - m) * (x - m) / (2 * s * s)) / (s * std::sqrt(2 * pi)));
+    };
+    CHECK(net::PolicyLogProb(pol, out, a) == Approx(logpdf(1.5, 0.5, 2) + logpdf(-0.75, -1, 0.5)));
+    const double h = 0.5 * std::log(2 * pi * std::exp(1.0) * 4) + 0.5 * std::log(2 * pi * std::exp(1.0) * 0.25);
+    CHECK(net::PolicyEntropy(pol, out) == Approx(h));
+  }
+}
+
+TEST_CASE("heads: gradients of log-probability and entropy match finite differences", "[net]") {
+  const net::PolicyShape shapes[] = {net::CategoricalPolicy(4), MultiDiscrete({2, 3, 2}), Gaussian(3)};
+  const float actions[][3] = {{2}, {1, 2, 0}, {0.3f, -1.2f, 2.0f}};
+  for (int s = 0; s < 3; ++s) {
+    const auto& pol = shapes[s];
+    const int P = pol.output_size();
+    const std::vector<double> out = Random(P, 20 + s, 0.7);
+    const double w_lp = -0.8, w_ent = 0.3;
+    std::vector<double> g(P);
+    net::PolicyGrad(pol, out.data(), actions[s], w_lp, w_ent, g.data());
+    for (int j = 0; j < P; ++j) {
+      auto f = [&](double d) {
+        std::vector<double> o = out;
+        o[j] += d;
+        return w_lp * net::PolicyLogProb(pol, o.data(), actions[s]) + w_ent * net::PolicyEntropy(pol, o.data());
+      };
+      INFO("head " << s << " output " << j);
+      CHECK(g[j] == Approx((f(1e-6) - f(-1e-6)) / 2e-6).margin(1e-7).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("heads: sampling follows the distribution", "[net]") {
+  std::mt19937_64 rng(5);
+  auto uniform = [&] { return std::uniform_real_distribution<double>(0, 1)(rng); };
+  auto normal = [&] { return std::normal_distribution<double>(0, 1)(rng); };
+  const auto cat = net::CategoricalPolicy(3);
+  const double z[3] = {std::log(0.2), std::log(0.3), std::log(0.5)};
+  int counts[3] = {};
+  const int N = 20000;
+  for (int i = 0; i < N; ++i) {
+    float a;
+    net::PolicySample(cat, z, uniform, normal, &a);
+    ++counts[int(a)];
+  }
+  CHECK(counts[0] / double(N) == Approx(0.2).margin(0.015));
+  CHECK(counts[2] / double(N) == Approx(0.5).margin(0.015));
+  const auto g = Gaussian(1);
+  const double out[2] = {1.5, std::log(0.5)};
+  double sum = 0, sq = 0;
+  for (int i = 0; i < N; ++i) {
+    float a;
+    net::PolicySample(g, out, uniform, normal, &a);
+    sum += a, sq += a * a;
+  }
+  const double mean = sum / N;
+  CHECK(mean == Approx(1.5).margin(0.02));
+  CHECK(std::sqrt(sq / N - mean * mean) == Approx(0.5).margin(0.02));
+}
+
+namespace {
+// A random batch for a model spec (actions drawn for its head).
+learner::Batch BatchFor(const net::ModelSpec& spec, int T, int B, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0, 1);
+  std::uniform_real_distribution<float> u(0, 1);
+  learner::Batch b;
+  const int P = spec.policy.output_size();
+  wire::StepShape shape{spec.obs_shape, spec.uint8_obs ? wire::DType::kUint8 : wire::DType::kFloat32, P,
+                        2 * spec.lstm_size};
+  b.Resize(T, B, shape);
+  for (auto& x : b.observations) x = n(rng);
+  for (auto& x : b.observations_u8) x = uint8_t(rng() % 256);
+  for (auto& a : b.actions) a = int(rng() % uint64_t(spec.policy.nvec[0]));
+  for (auto& r : b.rewards) r = n(rng);
+  for (auto& l : b.behaviour_logits) l = n(rng);
+  for (auto& s : b.initial_core_state) s = 0.5f * n(rng);
+  for (int i = 0; i < T * B; ++i) b.terminated[i] = u(rng) < 0.2f;
+  return b;
+}
+
+// Finite-difference check of the full loss's gradient for `checks` parameters spread
+// over every tensor of the model.
+void CheckModelGradient(const net::ModelSpec& spec, int T, int B, int per_tensor) {
+  auto model = net::MakeCpuModel<double>(spec);
+  const auto& layout = model->layout();
+  std::vector<float> pf(layout.total_size());
+  net::InitParams(spec, 11, pf);
+  std::vector<double> p(pf.begin(), pf.end());
+  const std::vector<double> noise = Random(p.size(), 12, 0.1);
+  for (size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
+  learner::Batch batch = BatchFor(spec, T, B, 13);
+  learner::LossOptions opt;
+  opt.entropy_cost = 0.05;
+  const auto targets = learner::ComputeTargets(*model, p.data(), batch, opt);
+  std::vector<double> grad(p.size(), 0.0);
+  learner::LossAndGrad(*model, p.data(), batch, targets, opt, grad.data());
+  std::mt19937_64 rng(14);
+  for (const auto& t : layout.tensors()) {
+    for (int c = 0; c < per_tensor; ++c) {
+      const int64_t k = t.offset + int64_t(rng() % uint64_t(t.size));
+      auto loss = [&](double d) {
+        std::vector<double> q = p;
+        q[k] += d;
+        return learner::LossAndGrad(*model, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
+      };
+      const double fd = (loss(1e-6) - loss(-1e-6)) / 2e-6;
+      INFO(spec.torso << " lstm " << spec.lstm_size << ": " << t.name << " element " << k - t.offset);
+      CHECK(grad[k] == Approx(fd).margin(1e-6).epsilon(1e-4));
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE("models: every torso, core and head trains the loss with the right gradient", "[net]") {
+  SECTION("mlp + lstm") { CheckModelGradient(Spec("mlp", {4}, 3, net::CategoricalPolicy(3)), 4, 2, 6); }
+  SECTION("shallow cnn on uint8 pixels") {
+    CheckModelGradient(Spec("shallow_cnn", {2, 20, 28}, 0, net::CategoricalPolicy(3), true), 3, 2, 6);
+  }
+  SECTION("deep resnet + lstm") {
+    CheckModelGradient(Spec("deep_resnet", {1, 8, 8}, 3, net::CategoricalPolicy(2)), 2, 2, 4);
+  }
+  SECTION("small cnn") { CheckModelGradient(Spec("small_cnn", {2, 5, 5}, 0, net::CategoricalPolicy(4)), 3, 2, 6); }
+}
+
+TEST_CASE("models: multi-discrete and gaussian heads backpropagate their outputs", "[net]") {
+  for (const auto& pol : {MultiDiscrete({3, 2}), Gaussian(2)}) {
+    const auto spec = Spec("mlp", {3}, 2, pol);
+    auto model = net::MakeCpuModel<double>(spec);
+    const int T1 = 3, B = 2, P = pol.output_size();
+    std::vector<float> pf(model->layout().total_size());
+    net::InitParams(spec, 1, pf);
+    std::vector<double> p(pf.begin(), pf.end());
+    const std::vector<double> noise = Random(p.size(), 2, 0.3);
+    for (size_t i = 0; i < p.size(); ++i) p[i] += noise[i];
+    std::vector<float> obs(T1 * B * 3);
+    for (size_t i = 0; i < obs.size(); ++i) obs[i] = float(std::cos(1.3 * double(i)));
+    std::vector<uint8_t> first(T1 * B, 0);
+    first[3] = 1;
+    const std::vector<double> R = Random(size_t(T1) * B * P, 3), r = Random(size_t(T1) * B, 4);
+    auto loss = [&](const std::vector<double>& q) {
+      std::vector<double> pol_out(R.size()), val(r.size());
+      model->Forward(q.data(), obs.data(), T1, B, first.data(), nullptr, pol_out.data(), val.data());
+      return Dot(pol_out, R) + Dot(val, r);
+    };
+    loss(p);
+    std::vector<double> grad(p.size(), 0.0);
+    model->Backward(p.data(), R.data(), r.data(), grad.data());
+    for (size_t k = 0; k < p.size(); ++k) {
+      std::vector<double> q = p;
+      q[k] += 1e-6;
+      const double up = loss(q);
+      q[k] -= 2e-6;
+      INFO("head kind " << int(pol.kind) << " parameter " << k);
+      CHECK(grad[k] == Approx((up - loss(q)) / 2e-6).margin(1e-6).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("models: layout and initialisation depend only on the spec", "[net]") {
+  auto spec = Spec("deep_resnet", {4, 84, 84}, 256, net::CategoricalPolicy(6));
+  spec.fc_size = 256;
+  const net::ParamLayout a = net::ModelLayout(spec), b = net::ModelLayout(spec);
+  CHECK(a.Fingerprint() == b.Fingerprint());
+  std::vector<float> p1(a.total_size()), p2(a.total_size());
+  net::InitParams(spec, 9, p1);
+  net::InitParams(spec, 9, p2);
+  CHECK(p1 == p2);
+  // IMPALA's deep network: 3 stacks (conv + 2 residual blocks), FC 256 on 32x11x11, LSTM 256.
+  CHECK(a.Find("torso/fc/w").shape == std::vector<int>{32 * 11 * 11, 256});
+  CHECK(a.Find("torso/stack2/res1/conv1/w").shape == std::vector<int>{32, 32, 3, 3});
+  CHECK(a.Find("core/wh").shape == std::vector<int>{256, 1024});
+  // Forget-gate biases start at 1, the others at 0.
+  const auto& cb = a.Find("core/b");
+  CHECK(p1[cb.offset] == 0.f);
+  CHECK(p1[cb.offset + 256] == 1.f);
+  // The shallow network: 84 -> 20 -> 9.
+  const auto shallow = net::ModelLayout(Spec("shallow_cnn", {4, 84, 84}, 0, net::CategoricalPolicy(6)));
+  CHECK(shallow.Find("torso/fc/w").shape == std::vector<int>{32 * 9 * 9, 5});
+}
+
+TEST_CASE("models: a torso that does not fit the observation is a clear error", "[net]") {
+  try {
+    net::MakeCpuModel<float>(Spec("shallow_cnn", {1, 6, 6}, 0, net::CategoricalPolicy(2)));
+    FAIL("no error");
+  } catch (const std::invalid_argument& e) {
+    CHECK_THAT(e.what(), Catch::Contains("does not fit the image [1, 6, 6]"));
+  }
+  try {
+    net::MakeCpuModel<float>(Spec("deep_resnet", {4}, 0, net::CategoricalPolicy(2)));
+    FAIL("no error");
+  } catch (const std::invalid_argument& e) {
+    CHECK_THAT(e.what(), Catch::Contains("takes image observations"));
+  }
+}
