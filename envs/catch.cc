@@ -2,14 +2,20 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace stampede::envs {
 
 namespace {
-std::shared_ptr<const EnvSpec> CatchSpec(const EnvOptions& options) {
+std::shared_ptr<const EnvSpec> CatchSpec(const EnvOptions& options, int scale = 0) {
   auto spec = std::make_shared<EnvSpec>();
-  spec->name = "Catch";
+  spec->name = scale > 0 ? "CatchPixels" : "Catch";
   spec->obs_shape = {Catch::kRows, Catch::kColumns};
+  if (scale > 0) {
+    spec->obs_shape = {1, Catch::kRows * scale, Catch::kColumns * scale};
+    spec->obs_dtype = DType::kUint8;
+  }
   spec->num_actions = 3;
   spec->max_episode_steps = options.max_episode_steps;  // episodes end by themselves
   return spec;
@@ -18,6 +24,10 @@ std::shared_ptr<const EnvSpec> CatchSpec(const EnvOptions& options) {
 
 Catch::Catch(const EnvOptions& options) : Env(CatchSpec(options)) {
   options.RefuseUnknown("Catch", {});
+}
+
+Catch::Catch(const EnvOptions& options, int scale) : Env(CatchSpec(options, scale)), scale_(scale) {
+  options.RefuseUnknown("CatchPixels", {"scale"});
 }
 
 void Catch::DoReset(uint64_t seed, void* obs) {
@@ -42,6 +52,19 @@ StepResult Catch::DoStep(int action, void* obs) {
 }
 
 void Catch::Write(void* out) const {
+  if (scale_ > 0) {
+    const int W = kColumns * scale_;
+    uint8_t* img = static_cast<uint8_t*>(out);
+    std::memset(img, 0, size_t(kRows) * scale_ * W);
+    auto fill = [&](int row, int col) {
+      for (int y = row * scale_; y < (row + 1) * scale_; ++y) {
+        std::memset(img + size_t(y) * W + size_t(col) * scale_, 255, size_t(scale_));
+      }
+    };
+    fill(ball_y_, ball_x_);
+    fill(kRows - 1, paddle_x_);
+    return;
+  }
   float* obs = static_cast<float*>(out);
   std::memset(obs, 0, sizeof(float) * kRows * kColumns);
   obs[ball_y_ * kColumns + ball_x_] = 1.f;
@@ -49,5 +72,13 @@ void Catch::Write(void* out) const {
 }
 
 STAMPEDE_REGISTER_ENV("Catch", [](const EnvOptions& o) { return std::make_unique<Catch>(o); });
+STAMPEDE_REGISTER_ENV("CatchPixels", [](const EnvOptions& o) {
+  const int64_t scale = o.GetInt("scale", 4);
+  if (scale < 1 || scale > 64) {
+    throw std::invalid_argument("CatchPixels: kwarg scale = " + std::to_string(scale) +
+                                " is out of range, expected pixels per cell in [1, 64]");
+  }
+  return std::make_unique<Catch>(o, int(scale));
+});
 
 }  // namespace stampede::envs

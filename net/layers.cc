@@ -103,8 +103,8 @@ class Conv : public Layer<S> {
     w_ = layout->Add(name + "/w", {out_channels, in.c, k, k});
     b_ = layout->Add(name + "/b", {out_channels});
     const int64_t pix = int64_t(out_.h) * out_.w;
-    // Samples per GEMM: keep the column matrix near 4M values.
-    chunk_ = int(std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(1, pix * in.c * k * k)));
+    // Samples per GEMM: keep the column matrix near 256k values (cache-sized).
+    chunk_ = int(std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, pix * in.c * k * k)));
   }
   int in_size() const override { return in_.size(); }
   int out_size() const override { return out_.size(); }
@@ -117,12 +117,12 @@ class Conv : public Layer<S> {
     for (int s0 = 0; s0 < n; s0 += chunk_) {
       const int m = std::min(chunk_, n - s0);
       Im2Col(in + int64_t(s0) * in_.size(), m);
-      y_.resize(C, int64_t(m) * P);
-      y_.noalias() = W * col_;
+      MMap<S> y(Grow(&y_, int64_t(C) * m * P), C, int64_t(m) * P);
+      y.noalias() = W * CMap<S>(col_.data(), K, int64_t(m) * P);
       for (int i = 0; i < m; ++i) {
         S* o = out + int64_t(s0 + i) * out_.size();
         for (int c = 0; c < C; ++c) {
-          const S* src = y_.data() + int64_t(c) * m * P + int64_t(i) * P;
+          const S* src = y.data() + int64_t(c) * m * P + int64_t(i) * P;
           for (int q = 0; q < P; ++q) o[int64_t(c) * P + q] = src[q] + b[c];
         }
       }
@@ -137,48 +137,65 @@ class Conv : public Layer<S> {
     MRow<S> db(grad + b_, C);
     for (int s0 = 0; s0 < n; s0 += chunk_) {
       const int m = std::min(chunk_, n - s0);
-      y_.resize(C, int64_t(m) * P);
+      MMap<S> y(Grow(&y_, int64_t(C) * m * P), C, int64_t(m) * P);
       for (int i = 0; i < m; ++i) {
         const S* g = dout + int64_t(s0 + i) * out_.size();
         for (int c = 0; c < C; ++c) {
-          std::memcpy(y_.data() + int64_t(c) * m * P + int64_t(i) * P, g + int64_t(c) * P,
+          std::memcpy(y.data() + int64_t(c) * m * P + int64_t(i) * P, g + int64_t(c) * P,
                       sizeof(S) * P);
         }
       }
-      db += y_.rowwise().sum().transpose();
+      db += y.rowwise().sum().transpose();
       Im2Col(in + int64_t(s0) * in_.size(), m);
-      dW.noalias() += y_ * col_.transpose();
+      dW.noalias() += y * CMap<S>(col_.data(), K, int64_t(m) * P).transpose();
       if (din) {
-        dcol_.resize(K, int64_t(m) * P);
-        dcol_.noalias() = W.transpose() * y_;
+        MMap<S>(Grow(&dcol_, int64_t(K) * m * P), K, int64_t(m) * P).noalias() = W.transpose() * y;
         Col2Im(m, din + int64_t(s0) * in_.size());
       }
     }
   }
 
  private:
+  // Buffers only grow: no allocation (and no fresh zeroed pages) per call.
+  static S* Grow(std::vector<S>* v, int64_t n) {
+    if (int64_t(v->size()) < n) v->resize(size_t(n));
+    return v->data();
+  }
+  // Output columns [ox0, ox1) whose window tap kx lands inside the image.
+  void Valid(int kx, int* ox0, int* ox1) const {
+    // 0 <= ox s - p + kx < w  <=>  ceil((p - kx) / s) <= ox <= floor((w - 1 + p - kx) / s)
+    const int lo = p_ - kx, hi = in_.w - 1 + p_ - kx;
+    *ox0 = lo <= 0 ? 0 : std::min(out_.w, (lo + s_ - 1) / s_);
+    *ox1 = hi < 0 ? *ox0 : std::max(*ox0, std::min(out_.w, hi / s_ + 1));
+  }
   // col_ [C_in k k, m P]: column i * P + q holds the input window of output pixel q of
   // sample i (zeros where the window is in the padding).
   void Im2Col(const S* in, int m) {
     const int K = in_.c * k_ * k_, P = out_.h * out_.w;
-    col_.resize(K, int64_t(m) * P);
+    S* col = Grow(&col_, int64_t(K) * m * P);
     for (int c = 0; c < in_.c; ++c) {
       for (int ky = 0; ky < k_; ++ky) {
         for (int kx = 0; kx < k_; ++kx) {
-          S* row = col_.data() + int64_t((c * k_ + ky) * k_ + kx) * m * P;
+          int ox0, ox1;
+          Valid(kx, &ox0, &ox1);
+          S* row = col + int64_t((c * k_ + ky) * k_ + kx) * m * P;
           for (int i = 0; i < m; ++i) {
             const S* img = in + int64_t(i) * in_.size() + int64_t(c) * in_.h * in_.w;
             S* dst = row + int64_t(i) * P;
             for (int oy = 0; oy < out_.h; ++oy) {
+              S* d = dst + oy * out_.w;
               const int y = oy * s_ - p_ + ky;
               if (y < 0 || y >= in_.h) {
-                std::fill(dst + oy * out_.w, dst + (oy + 1) * out_.w, S(0));
+                std::fill(d, d + out_.w, S(0));
                 continue;
               }
-              const S* src = img + int64_t(y) * in_.w;
-              for (int ox = 0; ox < out_.w; ++ox) {
-                const int x = ox * s_ - p_ + kx;
-                dst[oy * out_.w + ox] = (x >= 0 && x < in_.w) ? src[x] : S(0);
+              std::fill(d, d + ox0, S(0));
+              std::fill(d + ox1, d + out_.w, S(0));
+              const S* src = img + int64_t(y) * in_.w - p_ + kx;
+              if (s_ == 1) {
+                if (ox1 > ox0) std::memcpy(d + ox0, src + ox0, sizeof(S) * (ox1 - ox0));
+              } else {
+                for (int ox = ox0; ox < ox1; ++ox) d[ox] = src[ox * s_];
               }
             }
           }
@@ -193,6 +210,8 @@ class Conv : public Layer<S> {
     for (int c = 0; c < in_.c; ++c) {
       for (int ky = 0; ky < k_; ++ky) {
         for (int kx = 0; kx < k_; ++kx) {
+          int ox0, ox1;
+          Valid(kx, &ox0, &ox1);
           const S* row = dcol_.data() + int64_t((c * k_ + ky) * k_ + kx) * m * P;
           for (int i = 0; i < m; ++i) {
             S* img = din + int64_t(i) * in_.size() + int64_t(c) * in_.h * in_.w;
@@ -200,11 +219,9 @@ class Conv : public Layer<S> {
             for (int oy = 0; oy < out_.h; ++oy) {
               const int y = oy * s_ - p_ + ky;
               if (y < 0 || y >= in_.h) continue;
-              S* dst = img + int64_t(y) * in_.w;
-              for (int ox = 0; ox < out_.w; ++ox) {
-                const int x = ox * s_ - p_ + kx;
-                if (x >= 0 && x < in_.w) dst[x] += src[oy * out_.w + ox];
-              }
+              S* dst = img + int64_t(y) * in_.w - p_ + kx;
+              const S* g = src + oy * out_.w;
+              for (int ox = ox0; ox < ox1; ++ox) dst[ox * s_] += g[ox];
             }
           }
         }
@@ -215,7 +232,7 @@ class Conv : public Layer<S> {
   ImageShape in_, out_;
   int k_, s_, p_, chunk_;
   int64_t w_, b_;
-  Mat<S> col_, dcol_, y_;
+  std::vector<S> col_, dcol_, y_;
 };
 
 // ---- max-pooling -------------------------------------------------------------------

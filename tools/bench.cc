@@ -158,4 +158,86 @@ int RunBench(const BenchOptions& opt) {
   return 0;
 }
 
+int RunNetworkBench(const BenchOptions& opt) {
+  struct Case {
+    const char* torso;
+    std::vector<int> obs;
+    int lstm;
+  };
+  const Case cases[] = {{"mlp", {4, 84, 84}, 0},         {"shallow_cnn", {4, 84, 84}, 0},
+                        {"deep_resnet", {4, 84, 84}, 0}, {"deep_resnet", {4, 84, 84}, 256},
+                        {"small_cnn", {4, 10, 10}, 0}};
+  auto spec_of = [](const Case& c) {
+    net::ModelSpec s;
+    s.obs_shape = c.obs;
+    s.uint8_obs = true;
+    s.torso = c.torso;
+    s.hidden_sizes = {64};  // the Atari MLP configs' flattening torso
+    s.lstm_size = c.lstm;
+    s.policy = net::CategoricalPolicy(6);
+    return s;
+  };
+  std::printf("stampede bench --networks: CPU (Eigen), one thread, uint8 observations, 6 actions\n");
+  std::printf("  %-24s %8s %12s %6s %14s %10s\n", "network", "obs", "MFLOP/row", "batch", "us/sample", "GFLOP/s");
+  for (const Case& c : cases) {
+    const net::ModelSpec spec = spec_of(c);
+    auto model = net::MakeCpuModel<float>(spec);
+    std::vector<float> params(model->layout().total_size());
+    net::InitParams(spec, 1, params);
+    const double mflop = model->ForwardFlops() / 1e6;
+    std::string name = c.torso;
+    if (c.lstm) name += " + lstm " + std::to_string(c.lstm);
+    std::string obs;
+    for (size_t i = 0; i < c.obs.size(); ++i) obs += (i ? "x" : "") + std::to_string(c.obs[i]);
+    for (int batch : {1, 8, 32}) {
+      const int D = spec.obs_size();
+      std::vector<uint8_t> x(size_t(batch) * D);
+      envs::SplitMix64 rng(3);
+      for (auto& v : x) v = uint8_t(rng());
+      std::vector<float> state(size_t(batch) * model->state_size()), pol(size_t(batch) * 6), val(batch);
+      model->Step(params.data(), x.data(), batch, nullptr, state.data(), state.data(), pol.data(), val.data());
+      int64_t samples = 0;
+      const auto start = Clock::now();
+      double elapsed = 0;
+      while ((elapsed = Since(start)) < opt.seconds / 3) {
+        model->Step(params.data(), x.data(), batch, nullptr, state.data(), state.data(), pol.data(), val.data());
+        samples += batch;
+      }
+      const double us = 1e6 * elapsed / double(samples);
+      std::printf("  %-24s %8s %12.2f %6d %14.1f %10.1f\n", name.c_str(), obs.c_str(), mflop, batch, us,
+                  mflop * 1e6 / (us * 1e-6) / 1e9);
+    }
+  }
+  // The CPU learner: V-trace, loss, forward + backward over [T+1, B], clipping, RMSProp.
+  const int T = 20, B = 32;
+  for (const Case& c : {cases[1], cases[2]}) {
+    const net::ModelSpec spec = spec_of(c);
+    auto model = net::MakeCpuModel<float>(spec);
+    std::vector<float> params(model->layout().total_size()), grad(params.size());
+    net::InitParams(spec, 1, params);
+    learner::Batch batch;
+    batch.Resize(T, B, wire::StepShape{spec.obs_shape, wire::DType::kUint8, 6, 0});
+    envs::SplitMix64 rng(5);
+    for (auto& v : batch.observations_u8) v = uint8_t(rng());
+    for (auto& a : batch.actions) a = int32_t(rng() % 6);
+    learner::LossOptions lo;
+    learner::RmsProp rms(int64_t(params.size()), {});
+    int steps = 0;
+    const auto start = Clock::now();
+    double elapsed = 0;
+    do {
+      std::fill(grad.begin(), grad.end(), 0.f);
+      learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
+      learner::ClipGlobalNorm(grad, 40.0);
+      rms.Step(params, grad, 1e-4);
+      ++steps;
+    } while ((elapsed = Since(start)) < opt.seconds);
+    const double sps = steps / elapsed;
+    std::printf("  CPU learner %-12s B=%d T=%d: %.2f steps/s = %.0f agent steps/s (%.0f Atari frames/s at 4 per step), ~%.1f GFLOP/s\n",
+                c.torso, B, T, sps, sps * T * B, 4 * sps * T * B,
+                sps * 3.0 * (T + 1) * B * model->ForwardFlops() / 1e9);
+  }
+  return 0;
+}
+
 }  // namespace stampede::tools

@@ -14,8 +14,13 @@ struct BenchOptions {
   std::vector<std::string> sets;
   double seconds = 2.0;
   long long fleet_frames = 1000000;
+  bool networks = false;  // --networks: the torso inference table instead
 };
 
 int RunBench(const BenchOptions& opt);
+// CPU inference us/sample and GFLOP/s of every torso at batch 1, 8 and 32 on one core
+// (84x84x4 uint8 frames; 10x10x4 for the MinAtar-sized small CNN), and the CPU learner
+// step of the shallow and deep CNNs at B = 32, T = 20.
+int RunNetworkBench(const BenchOptions& opt);
 
 }  // namespace stampede::tools
