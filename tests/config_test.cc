@@ -36,6 +36,41 @@ TEST_CASE("config: shipped configs load and pass the checks", "[config]") {
   }
 }
 
+TEST_CASE("config: every shipped config loads; the Atari variants differ only in net", "[config]") {
+  auto load = [](const std::string& name) {
+    LoadedConfig cfg;
+    std::string error;
+    const bool ok = LoadConfig(std::string(STAMPEDE_SOURCE_DIR) + "/configs/" + name + ".textproto", {}, &cfg, &error);
+    INFO(name << ": " << error);
+    CHECK(ok);
+    return cfg.config;
+  };
+  for (const char* name : {"cartpole", "catch", "catch_pixels", "cartpole_gym", "corridor_plugin",
+                           "atari_pong", "atari_breakout", "atari_pong_deep_lstm", "atari_breakout_deep_lstm"}) {
+    load(name);
+  }
+  for (const std::string game : {"pong", "breakout"}) {
+    stampede::config::Config shallow = load("atari_" + game), deep = load("atari_" + game + "_deep_lstm");
+    CHECK(shallow.net().torso() == "shallow_cnn");
+    CHECK(deep.net().torso() == "deep_resnet");
+    CHECK(deep.net().lstm_size() == 256);
+    shallow.clear_net();
+    deep.clear_net();
+    CHECK(stampede::ConfigToText(shallow) == stampede::ConfigToText(deep));
+  }
+  CHECK(load("catch_pixels").net().torso() == "shallow_cnn");
+}
+
+TEST_CASE("config: an unknown torso or device is a located error", "[config]") {
+  const auto path = WriteTemp("torso", "seed: 3\nnet {\n  torso: \"resnet50\"\n}\n");
+  const std::string err = LoadError(path);
+  CHECK_THAT(err, Catch::StartsWith(path + ":3:"));
+  CHECK_THAT(err, Catch::Contains("net.torso: \"resnet50\" is not known"));
+  const auto dev = WriteTemp("device", "learner { device: \"gpu\" }\n");
+  CHECK_THAT(LoadError(dev), Catch::Contains("learner.device: \"gpu\" is not known, expected \"cpu\" or \"cuda:N\""));
+  CHECK(LoadError(dev, {"learner.device=cuda:1"}) == "(loaded)");
+}
+
 TEST_CASE("config: an unknown field fails with file:line:col", "[config]") {
   const auto path = WriteTemp("unknown", "seed: 3\nlearner {\n  batch_sizee: 4\n}\n");
   const std::string err = LoadError(path);
