@@ -1,5 +1,6 @@
 #include "actors/actor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +38,7 @@ struct ActorCore::Impl {
   std::vector<float> final_state; // [E, S]: gathered states for truncated envs' final obs
   std::vector<uint8_t> episode_start;  // [E]: the env's next observation starts an episode
   std::vector<float> final_values;
+  std::vector<float> clipped;     // [E, D]: box actions as the env gets them
   std::vector<std::byte> final_obs;
   std::vector<double> episode_return;
   std::vector<int> episode_length, truncated_envs;
@@ -71,6 +73,7 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   m->net = net::MakeModelFromConfig(with_spec, m->shape, error);
   if (!m->net) return nullptr;
   m->S = m->net->state_size();
+  if (m->shape.box()) m->clipped.resize(size_t(m->E) * m->shape.action_size());
   m->state.assign(size_t(m->E) * m->S, 0.f);
   m->final_state.assign(size_t(m->E) * m->S, 0.f);
   m->episode_start.assign(m->E, 1);
@@ -128,10 +131,20 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
     auto uniform = [&] { return std::uniform_real_distribution<double>(0, 1)(m.rng); };
     auto normal = [&] { return std::normal_distribution<double>(0, 1)(m.rng); };
     const net::PolicyShape& pol = m.net->spec().policy;
+    const int K = pol.action_size();
+    float a[net::kMaxActionComponents];
     for (int e = 0; e < E; ++e) {
-      float a = 0;
-      net::PolicySample(pol, logits + size_t(e) * A, uniform, normal, &a);
-      out->actions[row + e] = int32_t(a);
+      net::PolicySample(pol, logits + size_t(e) * A, uniform, normal, a);
+      const size_t at = (row + e) * K;
+      if (m.shape.box()) {
+        // The learner scores the unclipped sample; the env gets it clipped to the bounds.
+        for (int k = 0; k < K; ++k) {
+          out->box_actions[at + k] = a[k];
+          m.clipped[size_t(e) * K + k] = std::clamp(a[k], m.shape.action_low[k], m.shape.action_high[k]);
+        }
+      } else {
+        for (int k = 0; k < K; ++k) out->actions[at + k] = int32_t(a[k]);
+      }
     }
     envs::VectorStep step;
     step.obs = out->obs_row(row + E);
@@ -140,7 +153,11 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
     step.truncated = &out->truncated[row];
     step.valid = &out->valid[row];
     step.final_obs = m.final_obs.data();
-    m.env->Step(&out->actions[row], step);
+    if (m.shape.box()) {
+      m.env->StepBox(m.clipped.data(), step);
+    } else {
+      m.env->Step(&out->actions[row * K], step);
+    }
     m.truncated_envs.clear();
     for (int e = 0; e < E; ++e) {
       const size_t i = row + e;

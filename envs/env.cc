@@ -137,14 +137,47 @@ void Env::Reset(uint64_t seed, std::span<std::byte> obs) {
   needs_reset_ = false;
 }
 
+StepResult Env::DoStepBox(const float*, void*) {
+  throw std::logic_error(spec_->name + ": StepBox on an env without a box action space");
+}
+
 StepResult Env::Step(int action, std::span<std::byte> obs) {
+  if (spec_->action_kind != ActionKind::kDiscrete) {
+    throw std::logic_error(spec_->name + ": Step(int) on a " + ActionKindName(spec_->action_kind) +
+                           " action space");
+  }
   if (action < 0 || action >= spec_->num_actions) {
     throw std::out_of_range(spec_->name + ": action " + std::to_string(action) +
                             " is outside [0, " + std::to_string(spec_->num_actions) + ")");
   }
   if (needs_reset_) throw std::logic_error(spec_->name + ": Step called before Reset");
   CheckBuffer(obs);
-  StepResult r = DoStep(action, obs.data());
+  return Book(DoStep(action, obs.data()));
+}
+
+StepResult Env::StepBox(std::span<const float> action, std::span<std::byte> obs) {
+  if (spec_->action_kind != ActionKind::kBox) {
+    throw std::logic_error(spec_->name + ": StepBox on a " + ActionKindName(spec_->action_kind) +
+                           " action space");
+  }
+  if (action.size() != spec_->action_low.size()) {
+    throw std::out_of_range(spec_->name + ": box action of " + std::to_string(action.size()) +
+                            " values, expected " + std::to_string(spec_->action_low.size()));
+  }
+  for (size_t i = 0; i < action.size(); ++i) {
+    if (!(action[i] >= spec_->action_low[i] && action[i] <= spec_->action_high[i])) {
+      throw std::out_of_range(spec_->name + ": action component " + std::to_string(i) + " = " +
+                              std::to_string(action[i]) + " is outside [" +
+                              std::to_string(spec_->action_low[i]) + ", " +
+                              std::to_string(spec_->action_high[i]) + "]");
+    }
+  }
+  if (needs_reset_) throw std::logic_error(spec_->name + ": Step called before Reset");
+  CheckBuffer(obs);
+  return Book(DoStepBox(action.data(), obs.data()));
+}
+
+StepResult Env::Book(StepResult r) {
   episode_return_ += r.reward;
   ++episode_length_;
   if (!r.terminated && spec_->max_episode_steps > 0 &&

@@ -76,6 +76,10 @@ class Env {
   // action outside the spec and std::logic_error when called before Reset or after
   // the episode ended.
   StepResult Step(int action, std::span<std::byte> obs);
+  // The same for a box action space: one float per component, within the bounds (the
+  // actor clips its samples). Throws std::out_of_range for a wrong size, a non-finite
+  // value or one outside the bounds.
+  StepResult StepBox(std::span<const float> action, std::span<std::byte> obs);
 
   double episode_return() const { return episode_return_; }
   int episode_length() const { return episode_length_; }
@@ -85,9 +89,12 @@ class Env {
   virtual void DoReset(uint64_t seed, void* obs) = 0;
   // Returns reward and termination; truncation is the base class's business.
   virtual StepResult DoStep(int action, void* obs) = 0;
+  // Box action spaces: `action` has spec().action_low.size() floats within the bounds.
+  virtual StepResult DoStepBox(const float* action, void* obs);
 
  private:
   void CheckBuffer(std::span<std::byte> obs) const;
+  StepResult Book(StepResult r);  // return, length, time limit
   std::shared_ptr<const EnvSpec> spec_;
   double episode_return_ = 0;
   int episode_length_ = 0;

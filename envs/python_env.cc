@@ -70,14 +70,17 @@ class Bridge:
         self.obs_dtype = "uint8" if obs_space.dtype == np.uint8 else "float32"
         act = self.env.single_action_space
         self.action_start = 0
+        self.action_shape = None
         if isinstance(act, spaces.Discrete):
             self.action = ("discrete", int(act.n), [], [], [])
             self.action_start = int(act.start)
         elif isinstance(act, spaces.MultiDiscrete):
             self.action = ("multi_discrete", 0, [int(n) for n in act.nvec.ravel()], [], [])
+            self.action_shape = (tuple(act.nvec.shape), act.dtype)
         elif isinstance(act, spaces.Box):
             self.action = ("box", 0, [], [float(x) for x in act.low.ravel()],
                            [float(x) for x in act.high.ravel()])
+            self.action_shape = (tuple(act.shape), act.dtype)
         else:
             raise TypeError(f"{gym_id}: action space {act} is not supported "
                             "(Discrete, MultiDiscrete or Box)")
@@ -94,6 +97,9 @@ class Bridge:
     def step(self, actions, obs, rewards, terminated, truncated, valid, final_obs):
         if self.action_start:
             actions = actions + self.action_start
+        if self.action_shape is not None:
+            shape, dtype = self.action_shape
+            actions = actions.reshape((-1,) + shape).astype(dtype)
         o, r, te, tr, info = self.env.step(actions)
         np.copyto(obs, o, casting="unsafe")
         np.copyto(rewards, r, casting="unsafe")
@@ -193,10 +199,30 @@ class PythonVectorEnv : public VectorEnv {
   }
 
   void Step(const int32_t* actions, const VectorStep& out) override {
+    if (spec().action_kind == ActionKind::kBox) {
+      throw std::logic_error(what_ + ": integer actions for a box action space");
+    }
+    const py::ssize_t K = spec().action_kind == ActionKind::kMultiDiscrete
+                              ? py::ssize_t(spec().action_nvec.size()) : 1;
     py::gil_scoped_acquire gil;
+    Call(View(const_cast<int32_t*>(actions), {num_envs(), K}), out);
+  }
+
+  void StepBox(const float* actions, const VectorStep& out) override {
+    if (spec().action_kind != ActionKind::kBox) {
+      throw std::logic_error(what_ + ": box actions for a discrete action space");
+    }
+    py::gil_scoped_acquire gil;
+    Call(View(const_cast<float*>(actions), {num_envs(), py::ssize_t(spec().action_low.size())}), out);
+  }
+
+ private:
+  // Holds the GIL (the caller took it to build the views).
+  void Call(py::object actions, const VectorStep& out) {
     const int E = num_envs();
+    if (spec().action_kind == ActionKind::kDiscrete) actions = actions.attr("reshape")(E);
     try {
-      bridge_.attr("step")(View(const_cast<int32_t*>(actions), {E}), ObsView(spec(), out.obs, E),
+      bridge_.attr("step")(actions, ObsView(spec(), out.obs, E),
                            View(out.rewards, {E}), View(out.terminated, {E}),
                            View(out.truncated, {E}), View(out.valid, {E}),
                            ObsView(spec(), out.final_obs, E));
@@ -205,7 +231,6 @@ class PythonVectorEnv : public VectorEnv {
     }
   }
 
- private:
   py::object bridge_;
   std::string what_;
 };

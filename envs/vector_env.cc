@@ -26,12 +26,33 @@ void LoopVectorEnv::Reset(uint64_t seed, std::byte* obs) {
   started_ = true;
 }
 
+void VectorEnv::StepBox(const float*, const VectorStep&) {
+  throw std::logic_error(spec_.name + ": box actions for an env whose action space is " +
+                         ActionKindName(spec_.action_kind));
+}
+
 void LoopVectorEnv::Step(const int32_t* actions, const VectorStep& out) {
+  if (spec().action_kind != ActionKind::kDiscrete) {
+    throw std::logic_error(spec().name + ": C++ envs take discrete or box actions, not " +
+                           ActionKindName(spec().action_kind));
+  }
+  StepEach(out, [&](int e, std::span<std::byte> row) { return envs_[e]->Step(actions[e], row); });
+}
+
+void LoopVectorEnv::StepBox(const float* actions, const VectorStep& out) {
+  const size_t D = spec().action_low.size();
+  StepEach(out, [&](int e, std::span<std::byte> row) {
+    return envs_[e]->StepBox({actions + e * D, D}, row);
+  });
+}
+
+template <class F>
+void LoopVectorEnv::StepEach(const VectorStep& out, F&& step_one) {
   if (!started_) throw std::logic_error(spec().name + ": Step before Reset");
   const size_t bytes = size_t(spec().obs_bytes());
   for (int e = 0; e < num_envs(); ++e) {
     std::span<std::byte> row(out.obs + e * bytes, bytes);
-    const StepResult r = envs_[e]->Step(actions[e], row);
+    const StepResult r = step_one(e, row);
     out.rewards[e] = r.reward;
     out.terminated[e] = r.terminated;
     out.truncated[e] = r.truncated;

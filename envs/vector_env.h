@@ -39,8 +39,10 @@ class VectorEnv {
   int num_envs() const { return num_envs_; }
   // Starts every env (seeds derived from `seed`); writes E first observations.
   virtual void Reset(uint64_t seed, std::byte* obs) = 0;
-  // Steps every env with actions[E] (discrete action spaces).
+  // Steps every env with actions [E, K] (discrete: K = 1; multi-discrete: K components).
   virtual void Step(const int32_t* actions, const VectorStep& out) = 0;
+  // Steps every env with box actions [E, D], within the spec's bounds.
+  virtual void StepBox(const float* actions, const VectorStep& out);
 
  private:
   EnvSpec spec_;
@@ -55,8 +57,11 @@ class LoopVectorEnv : public VectorEnv {
   explicit LoopVectorEnv(std::vector<std::unique_ptr<Env>> envs);
   void Reset(uint64_t seed, std::byte* obs) override;
   void Step(const int32_t* actions, const VectorStep& out) override;
+  void StepBox(const float* actions, const VectorStep& out) override;
 
  private:
+  template <class F>
+  void StepEach(const VectorStep& out, F&& step_one);
   uint64_t NextSeed(int e);
   std::vector<std::unique_ptr<Env>> envs_;
   std::vector<uint64_t> episodes_started_;

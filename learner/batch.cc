@@ -16,7 +16,12 @@ void CopyUnroll(const wire::TrajectoryBatch& src, int c, int b, Batch* batch) {
   }
   for (int t = 0; t < T; ++t) {
     const size_t s = size_t(t) * n + c, d = size_t(t) * B + b;
-    batch->actions[d] = src.actions[s];
+    const size_t K = size_t(batch->shape.action_size());
+    if (batch->shape.box()) {
+      std::copy_n(&src.box_actions[s * K], K, &batch->box_actions[d * K]);
+    } else {
+      std::copy_n(&src.actions[s * K], K, &batch->actions[d * K]);
+    }
     batch->rewards[d] = src.rewards[s];
     batch->terminated[d] = src.terminated[s];
     batch->truncated[d] = src.truncated[s];

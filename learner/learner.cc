@@ -265,6 +265,7 @@ void Learner::Impl::TrainLoop() {
   lo.entropy_cost = lc.entropy_cost();
   lo.bootstrap_on_truncation = lc.bootstrap_on_truncation();
   lo.reward_clip = lc.reward_clip();
+  lo.reward_scale = lc.reward_scale();
   const double lr0 = lc.optimizer().learning_rate();
   const double total_frames = double(cfg.stop().total_env_frames());
   Batch batch;

@@ -32,7 +32,11 @@ Forwarded<S> RunNet(net::Model<S>& net, const S* params, const Batch& batch) {
 
 // The action of step i as the floats the distributions take.
 void ActionRow(const Batch& batch, int i, int K, float* a) {
-  for (int k = 0; k < K; ++k) a[k] = float(batch.actions[size_t(i) * K + k]);
+  if (batch.shape.box()) {
+    for (int k = 0; k < K; ++k) a[k] = batch.box_actions[size_t(i) * K + k];
+  } else {
+    for (int k = 0; k < K; ++k) a[k] = float(batch.actions[size_t(i) * K + k]);
+  }
 }
 
 template <class S>
@@ -53,7 +57,7 @@ Targets<S> TargetsFrom(net::Model<S>& net, const Forwarded<S>& f, const Batch& b
     tg.discounts[i] = ended ? S(0) : S(opt.discount);
     double reward = batch.rewards[i];
     if (opt.reward_clip > 0) reward = std::clamp(reward, -opt.reward_clip, opt.reward_clip);
-    tg.rewards[i] = S(reward);
+    tg.rewards[i] = S(reward * opt.reward_scale);
     if (batch.truncated[i] && !batch.terminated[i] && opt.bootstrap_on_truncation) {
       tg.rewards[i] += S(opt.discount) * S(batch.truncation_values[i]);
     }

@@ -20,6 +20,7 @@ struct LossOptions {
   double entropy_cost = 0.01;
   bool bootstrap_on_truncation = true;
   double reward_clip = 0;  // > 0: rewards clipped to [-reward_clip, reward_clip]
+  double reward_scale = 1;  // then multiplied by this
 };
 
 template <class S>

@@ -17,7 +17,22 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
   spec.activation = cfg.net().activation() == "tanh" ? Activation::kTanh : Activation::kRelu;
   spec.fc_size = cfg.net().fc_size();
   spec.lstm_size = cfg.net().lstm_size();
-  spec.policy = CategoricalPolicy(shape.num_actions);
+  switch (shape.action_kind) {
+    case wire::ActionKind::kDiscrete:
+      spec.policy = CategoricalPolicy(shape.num_actions);
+      break;
+    case wire::ActionKind::kMultiDiscrete:
+      spec.policy.kind = PolicyKind::kMultiDiscrete;
+      spec.policy.num_components = int(shape.action_nvec.size());
+      for (size_t k = 0; k < shape.action_nvec.size() && k < size_t(kMaxActionComponents); ++k) {
+        spec.policy.nvec[k] = shape.action_nvec[k];
+      }
+      break;
+    case wire::ActionKind::kBox:
+      spec.policy.kind = PolicyKind::kGaussian;
+      spec.policy.num_components = int(shape.action_low.size());
+      break;
+  }
   return spec;
 }
 

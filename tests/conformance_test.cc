@@ -52,17 +52,27 @@ Trace Rollout(VectorEnv& env, uint64_t seed, int steps) {
   std::vector<float> rewards(kEnvs);
   std::vector<uint8_t> terminated(kEnvs), truncated(kEnvs), valid(kEnvs), ended_before(kEnvs, 0);
   std::vector<int32_t> actions(kEnvs);
+  const bool box = spec.action_kind == ActionKind::kBox;
+  const size_t D = spec.action_low.size();
+  std::vector<float> box_actions(box ? kEnvs * D : 0);
   VectorStep out{obs.data(), rewards.data(), terminated.data(), truncated.data(), valid.data(),
                  final_obs.data()};
   std::mt19937 rng{uint32_t(seed)};
-  std::uniform_int_distribution<int> pick(0, spec.num_actions - 1);
+  std::uniform_int_distribution<int> pick(0, std::max(1, spec.num_actions) - 1);
   Trace trace;
   env.Reset(seed, obs.data());
   CheckFinite(spec, obs.data(), kEnvs);
   trace.obs.insert(trace.obs.end(), obs.begin(), obs.end());
   for (int s = 0; s < steps; ++s) {
-    for (auto& a : actions) a = pick(rng);
-    env.Step(actions.data(), out);
+    if (box) {
+      for (size_t i = 0; i < box_actions.size(); ++i) {
+        box_actions[i] = std::uniform_real_distribution<float>(spec.action_low[i % D], spec.action_high[i % D])(rng);
+      }
+      env.StepBox(box_actions.data(), out);
+    } else {
+      for (auto& a : actions) a = pick(rng);
+      env.Step(actions.data(), out);
+    }
     CheckFinite(spec, obs.data(), kEnvs);
     for (int e = 0; e < kEnvs; ++e) {
       // An invalid step is an automatic reset: only right after an episode ended, and then
@@ -88,7 +98,7 @@ void Conformance(const EnvSource& source) {
   const EnvSpec& spec = env->spec();
   CHECK(spec.Check() == "");
   CHECK(env->num_envs() == kEnvs);
-  REQUIRE(spec.action_kind == ActionKind::kDiscrete);
+  REQUIRE(spec.action_kind != ActionKind::kMultiDiscrete);
   // Seeded runs repeat exactly (a fresh env, the same seed); another seed differs.
   const Trace a = Rollout(*env, 17, 400);
   CHECK(a == Rollout(*Make(source), 17, 400));
@@ -100,6 +110,13 @@ void Conformance(const EnvSource& source) {
   std::vector<float> rewards(kEnvs);
   std::vector<uint8_t> flags(3 * kEnvs);
   VectorStep out{obs.data(), rewards.data(), &flags[0], &flags[kEnvs], &flags[2 * kEnvs], final_obs.data()};
+  if (spec.action_kind == ActionKind::kBox) {
+    auto fresh = Make(source);
+    fresh->Reset(3, obs.data());
+    std::vector<float> high(kEnvs * spec.action_low.size(), spec.action_high[0] + 1);
+    CHECK_THROWS(fresh->StepBox(high.data(), out));
+    return;
+  }
   auto fresh = Make(source);
   fresh->Reset(3, obs.data());
   std::vector<int32_t> bad(kEnvs, spec.num_actions);

@@ -13,6 +13,11 @@ using namespace stampede::envs;
 
 namespace {
 std::span<std::byte> B(std::vector<float>& v) { return AsBytes(v); }
+// The first obs_bytes() bytes of a float buffer of obs_size() floats: an observation
+// buffer for an env of any dtype.
+std::span<std::byte> B(const EnvSpec& spec, std::vector<float>& v) {
+  return AsBytes(v).first(size_t(spec.obs_bytes()));
+}
 
 std::unique_ptr<Env> Make(const std::string& name, int max_steps = 0) {
   std::string error;
@@ -24,19 +29,37 @@ std::unique_ptr<Env> Make(const std::string& name, int max_steps = 0) {
   return env;
 }
 
+// One step with a random action of the env's kind (an index, or values within the box).
+StepResult StepRandom(Env& env, std::mt19937& rng, std::vector<float>& obs) {
+  const EnvSpec& spec = env.spec();
+  if (spec.action_kind == ActionKind::kBox) {
+    std::vector<float> a(spec.action_low.size());
+    for (size_t k = 0; k < a.size(); ++k) {
+      a[k] = std::uniform_real_distribution<float>(spec.action_low[k], spec.action_high[k])(rng);
+    }
+    return env.StepBox(a, B(spec, obs));
+  }
+  return env.Step(std::uniform_int_distribution<int>(0, spec.num_actions - 1)(rng), B(spec, obs));
+}
+
 // A seeded rollout with seeded random actions; returns every observation and reward.
 std::vector<float> Rollout(Env& env, uint64_t seed, int steps) {
-  std::vector<float> obs(env.spec().obs_size()), trace;
+  const EnvSpec& spec = env.spec();
+  std::vector<float> obs(spec.obs_size()), trace;
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> pick(0, env.spec().num_actions - 1);
-  env.Reset(seed, B(obs));
+  env.Reset(seed, B(spec, obs));
   uint64_t episode = 0;
   for (int i = 0; i < steps; ++i) {
-    auto r = env.Step(pick(rng), B(obs));
-    trace.insert(trace.end(), obs.begin(), obs.end());
+    auto r = StepRandom(env, rng, obs);
+    if (spec.obs_dtype == DType::kUint8) {
+      const auto bytes = B(spec, obs);
+      for (std::byte x : bytes) trace.push_back(float(uint8_t(x)));
+    } else {
+      trace.insert(trace.end(), obs.begin(), obs.end());
+    }
     trace.push_back(r.reward);
     trace.push_back(r.terminated + 2 * r.truncated);
-    if (r.terminated || r.truncated) env.Reset(seed + 1000 * ++episode, B(obs));
+    if (r.terminated || r.truncated) env.Reset(seed + 1000 * ++episode, B(spec, obs));
   }
   return trace;
 }
@@ -57,7 +80,8 @@ TEST_CASE("envs: conformance of every registered env", "[envs]") {
       auto env = Make(name);
       const EnvSpec& spec = env->spec();
       REQUIRE(spec.obs_size() > 0);
-      REQUIRE(spec.num_actions > 0);
+      REQUIRE(spec.Check() == "");
+      const bool box = spec.action_kind == ActionKind::kBox;
       // Seeded runs repeat exactly; another seed differs.
       auto a = Rollout(*env, 17, 300);
       auto b = Rollout(*Make(name), 17, 300);
@@ -65,24 +89,34 @@ TEST_CASE("envs: conformance of every registered env", "[envs]") {
       CHECK(a != Rollout(*env, 18, 300));
       // Random rollouts terminate or truncate.
       std::vector<float> obs(spec.obs_size());
-      env->Reset(3, B(obs));
+      env->Reset(3, B(spec, obs));
       std::mt19937 rng(3);
-      std::uniform_int_distribution<int> pick(0, spec.num_actions - 1);
       bool ended = false;
       for (int i = 0; i < 100000 && !ended; ++i) {
-        auto r = env->Step(pick(rng), B(obs));
+        auto r = StepRandom(*env, rng, obs);
         ended = r.terminated || r.truncated;
-        for (float x : obs) REQUIRE(std::isfinite(x));
+        for (float x : obs) REQUIRE((spec.obs_dtype != DType::kFloat32 || std::isfinite(x)));
       }
       CHECK(ended);
       // Bad input is refused, not acted on.
-      env->Reset(3, B(obs));
-      CHECK_THROWS_AS(env->Step(-1, B(obs)), std::out_of_range);
-      CHECK_THROWS_AS(env->Step(spec.num_actions, B(obs)), std::out_of_range);
+      env->Reset(3, B(spec, obs));
+      if (box) {
+        std::vector<float> high(spec.action_high), nan(spec.action_low.size(), NAN), longer(spec.action_low);
+        high[0] += 1;
+        longer.push_back(0);
+        CHECK_THROWS_AS(env->StepBox(high, B(spec, obs)), std::out_of_range);
+        CHECK_THROWS_AS(env->StepBox(nan, B(spec, obs)), std::out_of_range);
+        CHECK_THROWS_AS(env->StepBox(longer, B(spec, obs)), std::out_of_range);
+        CHECK_THROWS_AS(env->Step(0, B(spec, obs)), std::logic_error);  // the wrong kind
+      } else {
+        CHECK_THROWS_AS(env->Step(-1, B(spec, obs)), std::out_of_range);
+        CHECK_THROWS_AS(env->Step(spec.num_actions, B(spec, obs)), std::out_of_range);
+      }
       std::vector<float> wrong(spec.obs_size() + 1);
-      CHECK_THROWS_AS(env->Reset(3, B(wrong)), std::invalid_argument);
+      CHECK_THROWS_AS(env->Reset(3, AsBytes(wrong).first(size_t(spec.obs_bytes()) + 1)), std::invalid_argument);
       auto fresh = Make(name);
-      CHECK_THROWS_AS(fresh->Step(0, B(obs)), std::logic_error);
+      std::mt19937 rng2(1);
+      CHECK_THROWS_AS(StepRandom(*fresh, rng2, obs), std::logic_error);
     }
   }
 }

@@ -4,6 +4,7 @@
 // directly in Python (a separate interpreter, the venv's) from the same seeds.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "actors/env_source.h"
+#include "envs/pendulum.h"
 #include "envs/python_env.h"
 #include "envs/vector_env.h"
 #include "tests/skip.h"
@@ -119,11 +121,12 @@ TEST_CASE("gym bridge: Python errors and unsupported spaces are clear errors", "
   CHECK_THAT(error, Catch::Contains("gravity_typo"));
 }
 
-TEST_CASE("gym bridge: a continuous action space resolves, and is refused at start with a clear error", "[python]") {
+TEST_CASE("gym bridge: box actions reach gymnasium's Pendulum, whose dynamics the built-in one shares", "[python]") {
   stampede::testing::RequirePythonVenv();
   EnvSource source;
   source.kind = EnvSource::Kind::kGym;
   source.gym_id = "Pendulum-v1";
+  source.gym_vectorization = "sync";
   EnvSpec spec;
   std::string error;
   REQUIRE(ResolveSpec(source, &spec, &error));
@@ -133,9 +136,38 @@ TEST_CASE("gym bridge: a continuous action space resolves, and is refused at sta
   stampede::config::Config cfg;
   *cfg.mutable_env()->mutable_resolved_spec() = stampede::actors::SpecToProto(spec);
   stampede::wire::StepShape shape;
-  CHECK_FALSE(stampede::ResolvedStepShape(cfg, &shape, &error));
-  CHECK_THAT(error, Catch::Contains("continuous (box) action space") &&
-                        Catch::Contains("discrete-action heads only"));
+  REQUIRE(stampede::ResolvedStepShape(cfg, &shape, &error));
+  CHECK(shape.box());
+  CHECK(shape.num_actions == 2);  // a mean and a log-std per dimension
+  // Step gymnasium with torques through the bridge; from each observation rebuild the
+  // state in the built-in Pendulum, step it with the same torque and compare.
+  const int E = 2;
+  auto env = MakeVectorEnv(source, E, &error);
+  INFO(error);
+  REQUIRE(env);
+  std::vector<float> obs(E * 3), next(E * 3), final_obs(E * 3), rewards(E), actions(E);
+  std::vector<uint8_t> terminated(E), truncated(E), valid(E);
+  VectorStep out{reinterpret_cast<std::byte*>(next.data()), rewards.data(), terminated.data(),
+                 truncated.data(), valid.data(), reinterpret_cast<std::byte*>(final_obs.data())};
+  env->Reset(77, reinterpret_cast<std::byte*>(obs.data()));
+  Pendulum mine({});
+  std::vector<float> mine_obs(3);
+  mine.Reset(1, AsBytes(mine_obs));
+  double moved = 0;
+  for (int t = 0; t < 60; ++t) {
+    for (int i = 0; i < E; ++i) actions[i] = float((t % 5) - 2) * 0.8f + 0.2f * float(i);
+    env->StepBox(actions.data(), out);
+    for (int i = 0; i < E; ++i) {
+      INFO("step " << t << ", env " << i);
+      mine.set_state(std::atan2(double(obs[i * 3 + 1]), double(obs[i * 3])), obs[i * 3 + 2]);
+      const StepResult r = mine.StepBox(std::span<const float>(&actions[i], 1), AsBytes(mine_obs));
+      for (int k = 0; k < 3; ++k) CHECK(next[i * 3 + k] == Approx(mine_obs[k]).margin(1e-4));
+      CHECK(rewards[i] == Approx(r.reward).margin(1e-3));
+      moved += std::abs(next[i * 3 + 2] - obs[i * 3 + 2]);
+    }
+    obs = next;
+  }
+  CHECK(moved > 1.0);
   // And a config without a resolved spec tells how to get one.
   stampede::config::Config bare;
   CHECK_FALSE(stampede::ResolvedStepShape(bare, &shape, &error));

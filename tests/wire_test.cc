@@ -137,6 +137,47 @@ TEST_CASE("wire: uint8 pixel trajectories travel as uint8 and round-trip", "[wir
         DropReason::kShape);
 }
 
+TEST_CASE("wire: box and multi-discrete actions and an LSTM state travel and are checked", "[wire]") {
+  Pipe pipe;
+  wire::TrajectoryBatch got;
+  std::string detail;
+  SECTION("box actions: float32 [T, n, D], the unclipped samples; NaN is refused") {
+    wire::StepShape box{{3}, wire::DType::kFloat32, 4, 6};
+    box.action_kind = wire::ActionKind::kBox;
+    box.action_low = {-2.f, -1.f};
+    box.action_high = {2.f, 1.f};
+    auto sent = MakeGood(box, 4, 2, 0);
+    REQUIRE(sent.actions.empty());
+    REQUIRE(sent.box_actions.size() == size_t(4 * 2 * 2));
+    for (size_t i = 0; i < sent.box_actions.size(); ++i) sent.box_actions[i] = 0.7f * float(i) - 3.f;
+    for (size_t i = 0; i < sent.initial_core_state.size(); ++i) sent.initial_core_state[i] = float(i);
+    REQUIRE(wire::DecodeTrajectory(pipe.RoundTrip(sent), Expect(4, box, 0), &got, &detail) == DropReason::kNone);
+    CHECK(got.box_actions == sent.box_actions);  // outside the bounds too: the env got them clipped
+    CHECK(got.initial_core_state == sent.initial_core_state);
+    CHECK(got.initial_core_state.size() == size_t(2 * 6));
+    sent.box_actions[3] = NAN;
+    CHECK(wire::DecodeTrajectory(pipe.RoundTrip(sent), Expect(4, box, 0), &got, &detail) == DropReason::kBadAction);
+    // Integer actions where the spec says box are refused by shape.
+    const wire::StepShape discrete{{3}, wire::DType::kFloat32, 4, 6};
+    CHECK(wire::DecodeTrajectory(pipe.RoundTrip(MakeGood(discrete, 4, 2, 0)), Expect(4, box, 0), &got, &detail) ==
+          DropReason::kShape);
+    CHECK_THAT(detail, Catch::Contains("\"actions\" is int32 [4, 2], expected float32 [4, 2, 2]"));
+  }
+  SECTION("multi-discrete actions: int32 [T, n, K], each within its component") {
+    wire::StepShape md{{3}, wire::DType::kFloat32, 5};
+    md.action_kind = wire::ActionKind::kMultiDiscrete;
+    md.action_nvec = {2, 3};
+    auto sent = MakeGood(md, 4, 2, 0);
+    REQUIRE(sent.actions.size() == size_t(4 * 2 * 2));
+    for (size_t i = 0; i < sent.actions.size(); ++i) sent.actions[i] = int(i % 2 == 0 ? i % 2 : i % 3);
+    REQUIRE(wire::DecodeTrajectory(pipe.RoundTrip(sent), Expect(4, md, 0), &got, &detail) == DropReason::kNone);
+    CHECK(got.actions == sent.actions);
+    sent.actions[2] = 2;  // component 0 has 2 actions
+    CHECK(wire::DecodeTrajectory(pipe.RoundTrip(sent), Expect(4, md, 0), &got, &detail) == DropReason::kBadAction);
+    CHECK_THAT(detail, Catch::Contains("outside [0, 2)"));
+  }
+}
+
 TEST_CASE("wire: PS requests, parameter slices and status round-trip", "[wire]") {
   zmq::context_t ctx(1);
   zmq::socket_t a(ctx, zmq::socket_type::pair), b(ctx, zmq::socket_type::pair);

@@ -44,19 +44,39 @@ int RunBench(const BenchOptions& opt) {
     std::vector<std::byte> obs(E * obs_bytes), final_obs(E * obs_bytes);
     std::vector<float> rewards(E);
     std::vector<uint8_t> terminated(E), truncated(E), valid(E);
-    std::vector<int32_t> actions(E);
+    // Random actions of the env's kind: indices (per component) or values within the box.
+    const envs::EnvSpec& es = env->spec();
+    const bool box = es.action_kind == envs::ActionKind::kBox;
+    const size_t K = box ? es.action_low.size()
+                         : es.action_kind == envs::ActionKind::kMultiDiscrete ? es.action_nvec.size() : 1;
+    std::vector<int32_t> actions(E * K);
+    std::vector<float> box_actions(box ? E * K : 0);
     envs::VectorStep step{obs.data(), rewards.data(), terminated.data(), truncated.data(),
                           valid.data(), final_obs.data()};
     envs::SplitMix64 rng(1);
-    const uint64_t A = uint64_t(std::max(1, env->spec().num_actions));
+    auto draw = [&] {
+      for (size_t i = 0; i < E * K; ++i) {
+        const size_t k = i % K;
+        if (box) {
+          box_actions[i] = float(rng.Uniform(es.action_low[k], es.action_high[k]));
+        } else {
+          const int n = es.action_kind == envs::ActionKind::kMultiDiscrete ? es.action_nvec[k] : es.num_actions;
+          actions[i] = int32_t(rng() % uint64_t(std::max(1, n)));
+        }
+      }
+    };
     env->Reset(1, obs.data());
     int64_t steps = 0;
     const auto start = Clock::now();
     double elapsed = 0;
     while ((elapsed = Since(start)) < opt.seconds) {
       for (int i = 0; i < 64; ++i) {
-        for (auto& a : actions) a = int32_t(rng() % A);
-        env->Step(actions.data(), step);
+        draw();
+        if (box) {
+          env->StepBox(box_actions.data(), step);
+        } else {
+          env->Step(actions.data(), step);
+        }
       }
       steps += 64 * E;
     }
@@ -64,9 +84,13 @@ int RunBench(const BenchOptions& opt) {
     std::printf("  env steps/s (%d envs as one vector env, random actions): %12.0f  (%.1f ns/step, %.0f frames/s at %d frames/step; C++ CartPole limit ~15 ns/step)\n",
                 E, steps / elapsed, 1e9 * elapsed / steps, fps * steps / elapsed, fps);
     // What one actor message weighs: observations travel in the spec's dtype.
-    wire::StepShape shape{env->spec().obs_shape,
-                          env->spec().obs_dtype == envs::DType::kUint8 ? wire::DType::kUint8 : wire::DType::kFloat32,
-                          env->spec().num_actions};
+    config::Config with_spec = cfg;
+    *with_spec.mutable_env()->mutable_resolved_spec() = actors::SpecToProto(env->spec());
+    wire::StepShape shape;
+    if (!ResolvedStepShape(with_spec, &shape, &error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 2;
+    }
     const int64_t bytes = wire::TrajectoryBytes(cfg.actors().unroll_length(), E, shape);
     shape.obs_dtype = wire::DType::kFloat32;
     const int64_t as_float = wire::TrajectoryBytes(cfg.actors().unroll_length(), E, shape);

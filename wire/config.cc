@@ -293,6 +293,7 @@ constexpr Range kRanges[] = {
     {"actors.first_params_timeout_s", 0, 1e6, true, false},
     {"learner.batch_size", 1, 65536, false, true},
     {"learner.reward_clip", 0, 1e9, false, false},
+    {"learner.reward_scale", 0, 1e9, true, false},
     {"learner.discount", 0, 1, false, false},
     {"learner.lambda", 0, 1, false, false},
     {"learner.clip_rho_threshold", -1e9, 1e9, false, false},
@@ -395,17 +396,55 @@ bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out, std::str
     return false;
   }
   const config::EnvSpec& s = cfg.env().resolved_spec();
-  if (s.action_kind() != config::DISCRETE) {
-    *error = "env " + s.name() + " has a " +
-             (s.action_kind() == config::BOX ? std::string("continuous (box)") : std::string("multi-discrete")) +
-             " action space; Stampede's networks have discrete-action heads only (box and "
-             "multi-discrete heads come with the networks work)";
+  if (s.obs_shape_size() < 1 || s.obs_shape_size() > 3) {
+    *error = "env.resolved_spec: observation rank " + std::to_string(s.obs_shape_size()) +
+             ", expected rank 1 to 3";
     return false;
   }
-  if (s.obs_shape_size() < 1 || s.obs_shape_size() > 3 || s.num_actions() <= 0) {
-    *error = "env.resolved_spec: observation rank " + std::to_string(s.obs_shape_size()) + " and " +
-             std::to_string(s.num_actions()) + " actions, expected rank 1 to 3 and at least one action";
-    return false;
+  out->action_kind = wire::ActionKind(int(s.action_kind()));
+  out->action_nvec.assign(s.action_nvec().begin(), s.action_nvec().end());
+  out->action_low.assign(s.action_low().begin(), s.action_low().end());
+  out->action_high.assign(s.action_high().begin(), s.action_high().end());
+  constexpr int kMaxComponents = 64;  // net/distribution.h kMaxActionComponents
+  switch (out->action_kind) {
+    case wire::ActionKind::kDiscrete:
+      out->action_nvec.clear();
+      out->num_actions = s.num_actions();
+      if (s.num_actions() <= 0) {
+        *error = "env.resolved_spec: " + std::to_string(s.num_actions()) +
+                 " discrete actions, expected at least one";
+        return false;
+      }
+      break;
+    case wire::ActionKind::kMultiDiscrete: {
+      out->num_actions = 0;
+      for (int k : out->action_nvec) {
+        if (k <= 0) {
+          *error = "env.resolved_spec: a multi-discrete component with " + std::to_string(k) + " actions";
+          return false;
+        }
+        out->num_actions += k;
+      }
+      if (out->action_nvec.empty() || out->action_nvec.size() > kMaxComponents) {
+        *error = "env.resolved_spec: " + std::to_string(out->action_nvec.size()) +
+                 " multi-discrete components, expected 1 to " + std::to_string(kMaxComponents);
+        return false;
+      }
+      break;
+    }
+    case wire::ActionKind::kBox:
+      if (out->action_low.empty() || out->action_low.size() > kMaxComponents ||
+          out->action_low.size() != out->action_high.size()) {
+        *error = "env.resolved_spec: a box action space of " + std::to_string(out->action_low.size()) +
+                 " dimensions (" + std::to_string(out->action_high.size()) +
+                 " upper bounds), expected 1 to " + std::to_string(kMaxComponents) + " with both bounds";
+        return false;
+      }
+      out->num_actions = 2 * int(out->action_low.size());
+      break;
+    default:
+      *error = "env.resolved_spec: unknown action kind " + std::to_string(int(s.action_kind()));
+      return false;
   }
   out->obs_shape.assign(s.obs_shape().begin(), s.obs_shape().end());
   for (int d : out->obs_shape) {
@@ -415,7 +454,6 @@ bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out, std::str
     }
   }
   out->obs_dtype = s.obs_dtype() == config::UINT8 ? wire::DType::kUint8 : wire::DType::kFloat32;
-  out->num_actions = s.num_actions();
   out->core_state_size = 2 * cfg.net().lstm_size();
   return true;
 }

@@ -44,7 +44,14 @@ std::vector<ArrayView> Arrays(Unrolls& u) {
   } else {
     v.push_back(View("observations", DType::kFloat32, obs_shape, u.observations));
   }
-  v.push_back(View("actions", DType::kInt32, {T, n}, u.actions));
+  const int64_t K = u.shape.action_size();
+  if (u.shape.box()) {
+    v.push_back(View("actions", DType::kFloat32, {T, n, K}, u.box_actions));
+  } else if (u.shape.action_kind == ActionKind::kMultiDiscrete) {
+    v.push_back(View("actions", DType::kInt32, {T, n, K}, u.actions));
+  } else {
+    v.push_back(View("actions", DType::kInt32, {T, n}, u.actions));
+  }
   v.push_back(View("rewards", DType::kFloat32, {T, n}, u.rewards));
   v.push_back(View("terminated", DType::kUint8, {T, n}, u.terminated));
   v.push_back(View("truncated", DType::kUint8, {T, n}, u.truncated));
@@ -71,7 +78,8 @@ void TrajectoryBatch::Resize(int T, int n, const StepShape& s) {
 
 int64_t TrajectoryBytes(int T, int n, const StepShape& s) {
   const int64_t tn = int64_t(T) * n;
-  return (tn + n) * int64_t(s.obs_bytes()) + tn * (4 + 4 + 1 + 1 + 1 + 4) + tn * s.num_actions * 4 +
+  return (tn + n) * int64_t(s.obs_bytes()) + tn * (4 * s.action_size() + 4 + 1 + 1 + 1 + 4) +
+         tn * s.num_actions * 4 +
          int64_t(n) * s.core_state_size * 4;
 }
 
@@ -182,12 +190,22 @@ DropReason DecodeTrajectory(const std::vector<zmq::message_t>& parts,
     *detail = "non-finite number (NaN or infinity) in observations, rewards, logits or core state";
     return DropReason::kNonFinite;
   }
-  const size_t tn = size_t(T) * n, A = size_t(out->num_actions);
-  for (size_t i = 0; i < tn; ++i) {
-    if (out->actions[i] < 0 || size_t(out->actions[i]) >= A) {
-      *detail = "action " + std::to_string(out->actions[i]) + " at index " + std::to_string(i) +
-                " is outside [0, " + std::to_string(A) + ")";
+  const size_t tn = size_t(T) * n;
+  if (out->shape.box()) {
+    if (!AllFinite(out->box_actions)) {
+      *detail = "non-finite box action";
       return DropReason::kBadAction;
+    }
+  } else {
+    const size_t K = size_t(out->shape.action_size());
+    for (size_t i = 0; i < tn * K; ++i) {
+      const int64_t limit = out->shape.action_kind == ActionKind::kMultiDiscrete
+                                ? out->shape.action_nvec[i % K] : out->num_actions;
+      if (out->actions[i] < 0 || out->actions[i] >= limit) {
+        *detail = "action " + std::to_string(out->actions[i]) + " at index " + std::to_string(i) +
+                  " is outside [0, " + std::to_string(limit) + ")";
+        return DropReason::kBadAction;
+      }
     }
   }
   for (auto& ep : m.episodes()) {

@@ -15,14 +15,29 @@ enum class DType : int { kFloat32 = 1, kUint8 = 2, kInt32 = 3 };
 inline int DTypeSize(DType d) { return d == DType::kUint8 ? 1 : 4; }
 const char* DTypeName(DType d);
 
-// The shape of one unroll step: what the resolved env spec says.
+// Action spaces; the numbers are config.proto's ActionKind and envs::ActionKind.
+enum class ActionKind : int { kDiscrete = 1, kMultiDiscrete = 2, kBox = 3 };
+
+// The shape of one unroll step: what the resolved env spec (and the network's core) says.
 struct StepShape {
   std::vector<int> obs_shape;
   DType obs_dtype = DType::kFloat32;
+  // Policy outputs per step, the width of behaviour_logits: A (discrete), the sum of
+  // action_nvec (multi-discrete) or 2 D (box: means, then log-stds).
   int num_actions = 0;
   // Floats of recurrent network state per unroll (0 without a core): each unroll
   // carries the state the actor's network had before its first step.
   int core_state_size = 0;
+  ActionKind action_kind = ActionKind::kDiscrete;
+  std::vector<int> action_nvec;                // multi-discrete: actions per component
+  std::vector<float> action_low, action_high;  // box: bounds per component
+  // Values per action: 1 (discrete), K components, or D box dimensions.
+  int action_size() const {
+    if (action_kind == ActionKind::kMultiDiscrete) return int(action_nvec.size());
+    if (action_kind == ActionKind::kBox) return int(action_low.size());
+    return 1;
+  }
+  bool box() const { return action_kind == ActionKind::kBox; }
   int obs_size() const {
     int n = 1;
     for (int d : obs_shape) n *= d;
@@ -41,7 +56,8 @@ struct Unrolls {
   // [T+1, n, obs_size] in the spec's dtype: exactly one of these is used.
   std::vector<float> observations;        // float32 observations
   std::vector<uint8_t> observations_u8;   // uint8 observations (pixels)
-  std::vector<int32_t> actions;           // [T, n]
+  std::vector<int32_t> actions;           // [T, n, action_size] (discrete kinds)
+  std::vector<float> box_actions;         // [T, n, D] (box): the policy's unclipped samples
   std::vector<float> rewards;             // [T, n]
   std::vector<uint8_t> terminated;        // [T, n]
   std::vector<uint8_t> truncated;         // [T, n]
@@ -87,7 +103,9 @@ struct Unrolls {
       observations_u8.clear();
       observations.assign(obs, 0.f);
     }
-    actions.assign(tn, 0);
+    const size_t K = size_t(s.action_size());
+    actions.assign(s.box() ? 0 : tn * K, 0);
+    box_actions.assign(s.box() ? tn * K : 0, 0.f);
     rewards.assign(tn, 0.f);
     terminated.assign(tn, 0);
     truncated.assign(tn, 0);
