@@ -10,6 +10,8 @@
 #include <span>
 #include <vector>
 
+#include "net/kernel_math.h"
+
 namespace stampede::learner {
 
 struct RmsPropOptions {
@@ -25,10 +27,7 @@ class RmsProp {
     const float decay = float(opt_.decay), momentum = float(opt_.momentum);
     const float eps = float(opt_.epsilon), lr = float(learning_rate);
     for (size_t i = 0; i < params.size(); ++i) {
-      const float g = grad[i];
-      ms_[i] = decay * ms_[i] + (1.f - decay) * g * g;
-      mom_[i] = momentum * mom_[i] + lr * g / std::sqrt(ms_[i] + eps);
-      params[i] -= mom_[i];
+      net::RmsPropElement(params[i], ms_[i], mom_[i], grad[i], lr, decay, momentum, eps);
     }
   }
   std::vector<float>& mean_square() { return ms_; }

@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "net/kernel_math.h"
+
 namespace stampede::learner {
 
 struct VTraceOptions {
@@ -30,27 +32,11 @@ template <class S>
 void VTraceFromLogRhos(int T, int B, const S* log_rhos, const S* discounts, const S* rewards,
                        const S* values, const S* bootstrap_value, const VTraceOptions& opt,
                        S* vs, S* pg_advantages) {
-  auto clip = [](double x, double threshold) { return threshold > 0 ? std::min(threshold, x) : x; };
+  const net::VTraceClips clips{opt.clip_rho_threshold, opt.clip_c_threshold,
+                               opt.clip_pg_rho_threshold, opt.lambda};
   for (int b = 0; b < B; ++b) {
-    double acc = 0;  // v_{t+1} - V(x_{t+1})
-    for (int t = T - 1; t >= 0; --t) {
-      const int i = t * B + b;
-      const double rho = std::exp(double(log_rhos[i]));
-      const double next_value = t + 1 < T ? double(values[i + B]) : double(bootstrap_value[b]);
-      const double delta = clip(rho, opt.clip_rho_threshold) *
-                           (double(rewards[i]) + double(discounts[i]) * next_value - double(values[i]));
-      const double c = opt.lambda * clip(rho, opt.clip_c_threshold);
-      acc = delta + double(discounts[i]) * c * acc;
-      vs[i] = static_cast<S>(double(values[i]) + acc);
-    }
-    for (int t = 0; t < T; ++t) {
-      const int i = t * B + b;
-      const double rho = std::exp(double(log_rhos[i]));
-      const double next_vs = t + 1 < T ? double(vs[i + B]) : double(bootstrap_value[b]);
-      pg_advantages[i] = static_cast<S>(clip(rho, opt.clip_pg_rho_threshold) *
-                                        (double(rewards[i]) + double(discounts[i]) * next_vs -
-                                         double(values[i])));
-    }
+    net::VTraceColumn(T, B, b, log_rhos, discounts, rewards, values, bootstrap_value, clips, vs,
+                      pg_advantages);
   }
 }
 

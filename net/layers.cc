@@ -1,5 +1,7 @@
 #include "net/layers.h"
 
+#include "net/kernel_math.h"
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -370,13 +372,6 @@ Lstm<S>::Lstm(ParamLayout* layout, const std::string& name, int in, int hidden)
 template <class S>
 Lstm<S>::~Lstm() = default;
 
-namespace {
-template <class S>
-S Sigmoid(S x) {
-  return S(1) / (S(1) + std::exp(-x));
-}
-}  // namespace
-
 template <class S>
 void Lstm<S>::Forward(const S* p, const S* x, int T1, int B, const uint8_t* first,
                       const S* initial_state, S* out, S* final_state) {
@@ -423,13 +418,7 @@ void Lstm<S>::Forward(const S* p, const S* x, int T1, int B, const uint8_t* firs
       S* gr = s.gates.row(r).data();
       S* o = out + r * H;
       for (int j = 0; j < H; ++j) {
-        const S i = Sigmoid(gr[j]), f = Sigmoid(gr[H + j]), gg = std::tanh(gr[2 * H + j]),
-                ou = Sigmoid(gr[3 * H + j]);
-        gr[j] = i, gr[H + j] = f, gr[2 * H + j] = gg, gr[3 * H + j] = ou;
-        const S c = f * s.c_prev(r, j) + i * gg;
-        s.c(r, j) = c;
-        s.tanh_c(r, j) = std::tanh(c);
-        o[j] = ou * s.tanh_c(r, j);
+        LstmCellForward(gr, H, j, s.c_prev(r, j), &s.c(r, j), &s.tanh_c(r, j), &o[j]);
       }
     }
   }
@@ -456,15 +445,10 @@ void Lstm<S>::Backward(const S* p, const S* dout, S* dx, S* grad) {
       const S* gr = s.gates.row(r).data();
       S* dzr = s.dz.row(r).data();
       for (int j = 0; j < H; ++j) {
-        const S i = gr[j], f = gr[H + j], gg = gr[2 * H + j], ou = gr[3 * H + j];
-        const S tc = s.tanh_c(r, j);
-        const S dh = dout[r * H + j] + s.dh_rec(b, j);
-        const S dc = dh * ou * (S(1) - tc * tc) + s.dc_rec(b, j);
-        dzr[j] = dc * gg * i * (S(1) - i);
-        dzr[H + j] = dc * s.c_prev(r, j) * f * (S(1) - f);
-        dzr[2 * H + j] = dc * i * (S(1) - gg * gg);
-        dzr[3 * H + j] = dh * tc * ou * (S(1) - ou);
-        s.dc_rec(b, j) = dc * f;  // to c_{t-1}
+        S dc_prev;
+        LstmCellBackward(gr, H, j, s.c_prev(r, j), s.tanh_c(r, j), dout[r * H + j] + s.dh_rec(b, j),
+                         s.dc_rec(b, j), dzr, &dc_prev);
+        s.dc_rec(b, j) = dc_prev;  // to c_{t-1}
       }
     }
     auto dzt = s.dz.middleRows(int64_t(t) * B, B);

@@ -1,0 +1,85 @@
+// Per-element math shared by the CPU code and the CUDA kernels (net/cuda/), so the CPU
+// tests exercise the code the GPU runs: RMSProp's update, the LSTM cell forward and
+// backward, and one V-trace column. STAMPEDE_HD is __host__ __device__ under nvcc.
+#pragma once
+
+#include <cmath>
+
+#include "net/distribution.h"
+
+namespace stampede::net {
+
+// RMSProp as IMPALA used it (TensorFlow's form, epsilon inside the square root).
+STAMPEDE_HD inline void RmsPropElement(float& w, float& ms, float& mom, float g, float lr,
+                                       float decay, float momentum, float epsilon) {
+  ms = decay * ms + (1.f - decay) * g * g;
+  mom = momentum * mom + lr * g / sqrtf(ms + epsilon);
+  w -= mom;
+}
+
+template <class S>
+STAMPEDE_HD inline S Sigmoid(S x) {
+  return S(1) / (S(1) + S(exp(-double(x))));
+}
+
+// Unit j of an LSTM cell: `gates` holds the pre-activations [i, f, g, o] (4H values) and
+// receives the activations; writes the new cell value, its tanh and the output h.
+template <class S>
+STAMPEDE_HD inline void LstmCellForward(S* gates, int H, int j, S c_prev, S* c, S* tanh_c, S* h) {
+  const S i = Sigmoid(gates[j]), f = Sigmoid(gates[H + j]);
+  const S g = S(tanh(double(gates[2 * H + j]))), o = Sigmoid(gates[3 * H + j]);
+  gates[j] = i, gates[H + j] = f, gates[2 * H + j] = g, gates[3 * H + j] = o;
+  *c = f * c_prev + i * g;
+  *tanh_c = S(tanh(double(*c)));
+  *h = o * *tanh_c;
+}
+
+// Its backward: from dLoss/dh (dh) and dLoss/dc through the next step (dc_next), the
+// pre-activation gradients dz (4H values, unit j's four) and dLoss/dc_prev.
+template <class S>
+STAMPEDE_HD inline void LstmCellBackward(const S* gates, int H, int j, S c_prev, S tanh_c, S dh,
+                                         S dc_next, S* dz, S* dc_prev) {
+  const S i = gates[j], f = gates[H + j], g = gates[2 * H + j], o = gates[3 * H + j];
+  const S dc = dh * o * (S(1) - tanh_c * tanh_c) + dc_next;
+  dz[j] = dc * g * i * (S(1) - i);
+  dz[H + j] = dc * c_prev * f * (S(1) - f);
+  dz[2 * H + j] = dc * i * (S(1) - g * g);
+  dz[3 * H + j] = dh * tanh_c * o * (S(1) - o);
+  *dc_prev = dc * f;
+}
+
+struct VTraceClips {
+  double rho = 1.0, c = 1.0, pg_rho = 1.0, lambda = 1.0;  // <= 0: no clip (rho, c, pg_rho)
+};
+
+STAMPEDE_HD inline double ClipAbove(double x, double threshold) {
+  return threshold > 0 && x > threshold ? threshold : x;
+}
+
+// V-trace for column b of time-major [T, B] arrays (Espeholt et al. 2018, eq. 1, by the
+// backward recursion), then the policy-gradient advantages.
+template <class S>
+STAMPEDE_HD inline void VTraceColumn(int T, int B, int b, const S* log_rhos, const S* discounts,
+                                     const S* rewards, const S* values, const S* bootstrap_value,
+                                     VTraceClips clips, S* vs, S* pg_advantages) {
+  double acc = 0;  // v_{t+1} - V(x_{t+1})
+  for (int t = T - 1; t >= 0; --t) {
+    const int i = t * B + b;
+    const double rho = exp(double(log_rhos[i]));
+    const double next_value = t + 1 < T ? double(values[i + B]) : double(bootstrap_value[b]);
+    const double delta = ClipAbove(rho, clips.rho) *
+                         (double(rewards[i]) + double(discounts[i]) * next_value - double(values[i]));
+    const double c = clips.lambda * ClipAbove(rho, clips.c);
+    acc = delta + double(discounts[i]) * c * acc;
+    vs[i] = S(double(values[i]) + acc);
+  }
+  for (int t = 0; t < T; ++t) {
+    const int i = t * B + b;
+    const double rho = exp(double(log_rhos[i]));
+    const double next_vs = t + 1 < T ? double(vs[i + B]) : double(bootstrap_value[b]);
+    pg_advantages[i] = S(ClipAbove(rho, clips.pg_rho) *
+                         (double(rewards[i]) + double(discounts[i]) * next_vs - double(values[i])));
+  }
+}
+
+}  // namespace stampede::net
