@@ -1,0 +1,90 @@
+// The CUDA learner step (built when the CUDA toolkit is found; STAMPEDE_CUDA=OFF forces it
+// off): the same networks as net/model.h over the same flat parameter layout, with cuDNN
+// for convolutions and max-pooling, cuBLAS for dense layers and the LSTM's products, and
+// CUDA kernels for activations, the LSTM cell, V-trace, the loss, global-norm clipping
+// and RMSProp, whose per-element math is net/kernel_math.h and net/distribution.h (the
+// code the CPU runs). A step never copies activations to the host: the batch goes up
+// (staged in pinned memory, copied on its own stream), and the statistics come back.
+// This header needs no CUDA headers.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "net/kernel_math.h"
+#include "net/model.h"
+
+namespace stampede::net::cuda {
+
+// Whether this build has the CUDA backend.
+bool Built();
+// CUDA devices this process can use; 0 with `why` set (no CUDA in this build, no driver,
+// no device).
+int DeviceCount(std::string* why);
+
+struct TrainerOptions {
+  int unroll_length = 20;  // T
+  int batch_size = 32;     // B
+  double discount = 0.99;
+  VTraceClips clips;
+  double baseline_cost = 0.5;
+  double entropy_cost = 0.01;
+  bool bootstrap_on_truncation = true;
+  double reward_clip = 0;
+  double reward_scale = 1;
+  double max_grad_norm = 40;  // <= 0: no clipping
+  float rms_decay = 0.99f, rms_momentum = 0.f, rms_epsilon = 0.01f;
+  // Let cuDNN use TF32 tensor cores for convolutions (PyTorch's default); off gives
+  // strict FP32, which the CPU-vs-CUDA tests use.
+  bool allow_tf32 = false;
+};
+
+// A host batch of B unrolls, time-major, in the wire's layout (learner::Batch's arrays).
+struct BatchView {
+  const void* observations = nullptr;       // [(T+1) B, obs] uint8 or float32 (the spec's)
+  const int32_t* actions = nullptr;         // [T B, K] (discrete kinds)
+  const float* box_actions = nullptr;       // [T B, D] (box)
+  const float* rewards = nullptr;           // [T B]
+  const uint8_t* terminated = nullptr;      // [T B]
+  const uint8_t* truncated = nullptr;       // [T B]
+  const uint8_t* valid = nullptr;           // [T B]
+  const float* behaviour = nullptr;         // [T B, policy_size]
+  const float* truncation_values = nullptr; // [T B]
+  const float* initial_state = nullptr;     // [B, state_size] (null without a core)
+};
+
+struct StepStats {
+  double total = 0, pg_loss = 0, baseline_loss = 0, entropy = 0;  // entropy: mean per step
+  double grad_norm = 0;  // before clipping
+};
+
+class Trainer {
+ public:
+  // nullptr with `error` set when the device cannot be used or the spec is refused.
+  static std::unique_ptr<Trainer> Create(const ModelSpec& spec, int device,
+                                         const TrainerOptions& options, std::string* error);
+  virtual ~Trainer() = default;
+  virtual const ParamLayout& layout() const = 0;
+  // Parameters and RMSProp state, host <-> device (synchronous).
+  virtual void SetState(std::span<const float> params, std::span<const float> mean_square,
+                        std::span<const float> momentum) = 0;
+  virtual void GetParams(std::span<float> params) = 0;
+  virtual void GetState(std::span<float> params, std::span<float> mean_square,
+                        std::span<float> momentum) = 0;
+  // Copies the batch into pinned host memory and starts its transfer on the copy
+  // stream; returns without waiting, so the host can assemble the next batch while the
+  // device computes. The next Step trains on the latest staged batch.
+  virtual void Stage(const BatchView& batch) = 0;
+  // Forward over [T+1, B], V-trace, loss, backward, clipping, RMSProp; waits for the
+  // statistics (the only copy back).
+  virtual StepStats Step(double learning_rate) = 0;
+  // For tests: on the staged batch at the current parameters, the forward outputs and
+  // the loss gradient (before clipping), copied back; nothing is updated.
+  virtual StepStats ForwardAndGradient(std::vector<float>* policy, std::vector<float>* values,
+                                       std::vector<float>* grad) = 0;
+};
+
+}  // namespace stampede::net::cuda
