@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "net/cuda/trainer.h"
 #include "wire/unrolls.h"
 
 namespace stampede::wire {
@@ -27,6 +28,23 @@ struct Batch : wire::Unrolls {
     Resize(T, B, wire::StepShape{{obs_size}, wire::DType::kFloat32, num_actions});
   }
 };
+
+// The batch's arrays as the CUDA trainer stages them.
+inline net::cuda::BatchView BatchViewOf(const Batch& b) {
+  net::cuda::BatchView v;
+  v.observations = b.uint8_obs() ? static_cast<const void*>(b.observations_u8.data())
+                                 : static_cast<const void*>(b.observations.data());
+  v.actions = b.actions.data();
+  v.box_actions = b.box_actions.data();
+  v.rewards = b.rewards.data();
+  v.terminated = b.terminated.data();
+  v.truncated = b.truncated.data();
+  v.valid = b.valid.data();
+  v.behaviour = b.behaviour_logits.data();
+  v.truncation_values = b.truncation_values.data();
+  v.initial_state = b.initial_core_state.empty() ? nullptr : b.initial_core_state.data();
+  return v;
+}
 
 // Copies unroll `column` of a received trajectory into slot b of the batch (the
 // shapes must match; the learner has checked them on receipt).

@@ -13,6 +13,7 @@
 #include "learner/checkpoint.h"
 #include "learner/loss.h"
 #include "learner/rmsprop.h"
+#include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "ps/client.h"
 #include "replay/bounded_queue.h"
@@ -25,6 +26,27 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kReturnWindow = 100;  // episodes in the mean-return window
 
 namespace {
+net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg) {
+  const auto& lc = cfg.learner();
+  net::cuda::TrainerOptions o;
+  o.unroll_length = cfg.actors().unroll_length();
+  o.batch_size = lc.batch_size();
+  o.discount = lc.discount();
+  o.clips = net::VTraceClips{lc.clip_rho_threshold(), lc.clip_c_threshold(), lc.clip_pg_rho_threshold(),
+                             lc.lambda()};
+  o.baseline_cost = lc.baseline_cost();
+  o.entropy_cost = lc.entropy_cost();
+  o.bootstrap_on_truncation = lc.bootstrap_on_truncation();
+  o.reward_clip = lc.reward_clip();
+  o.reward_scale = lc.reward_scale();
+  o.max_grad_norm = lc.max_grad_norm();
+  o.rms_decay = float(lc.optimizer().decay());
+  o.rms_momentum = float(lc.optimizer().momentum());
+  o.rms_epsilon = float(lc.optimizer().epsilon());
+  o.allow_tf32 = true;
+  return o;
+}
+
 // One unroll of a received batch: the batch is shared by its n unrolls.
 struct UnrollRef {
   std::shared_ptr<const wire::TrajectoryBatch> batch;
@@ -44,6 +66,7 @@ struct Learner::Impl {
   std::unique_ptr<ps::ParamsPublisher> publisher;
   std::vector<float> params, grad;
   std::unique_ptr<RmsProp> rms;
+  std::unique_ptr<net::cuda::Trainer> gpu;  // learner.device "cuda:N": the step runs there
   net::ParamLayout layout;
   wire::StepShape shape;
   int frames_per_step = 1;
@@ -115,6 +138,12 @@ bool Learner::Start(std::string* error) {
     start_frames_ = d.env_frames;
   } else {
     net::InitParams(m.net->spec(), m.cfg.seed(), m.params);
+  }
+  if (const std::string device = m.cfg.learner().device(); device != "cpu") {
+    const int index = std::stoi(device.substr(5));  // "cuda:N", checked by the config
+    m.gpu = net::cuda::Trainer::Create(m.net->spec(), index, TrainerOptions(m.cfg), error);
+    if (!m.gpu) return false;
+    m.gpu->SetState(m.params, m.rms->mean_square(), m.rms->momentum());
   }
   m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(*m.socket, m.cfg.cluster().max_message_bytes());
@@ -268,27 +297,57 @@ void Learner::Impl::TrainLoop() {
   lo.reward_scale = lc.reward_scale();
   const double lr0 = lc.optimizer().learning_rate();
   const double total_frames = double(cfg.stop().total_env_frames());
-  Batch batch;
+  Batch batch, next_batch;
   batch.Resize(T, B, shape);
+  next_batch.Resize(T, B, shape);
+  bool next_staged = false;  // CUDA: next_batch is staged on the device already
   std::vector<UnrollRef> items;
   auto last_checkpoint = Clock::now();
   bool unpublished = false;  // the newest version has not reached every shard yet
   while (!stop.load()) {
-    if (!queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(unpublished ? 5 : 100))) {
+    if (!next_staged &&
+        !queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(unpublished ? 5 : 100))) {
       if (unpublished) unpublished = !publisher->Put(params, self->version_.load());
       continue;
     }
     const auto start = Clock::now();
-    Assemble(items, &batch);
-    items.clear();  // release the received batches
-    std::fill(grad.begin(), grad.end(), 0.f);
-    const LossStats st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data());
-    const double norm = ClipGlobalNorm(grad, lc.max_grad_norm());
     double lr = lr0;
     if (lc.optimizer().linear_decay()) {
       lr = lr0 * std::max(0.0, 1.0 - double(self->frames_.load()) / total_frames);
     }
-    rms->Step(params, grad, lr);
+    LossStats st;
+    double norm = 0;
+    if (gpu) {
+      // The batch goes up from pinned memory; only statistics and parameters come back.
+      if (next_staged) {
+        std::swap(batch, next_batch);  // staged while the previous step computed
+      } else {
+        Assemble(items, &batch);
+        items.clear();
+        gpu->Stage(BatchViewOf(batch));
+      }
+      next_staged = false;
+      gpu->Launch(lr);
+      // While the device computes: if the next batch is already here, assemble and stage it.
+      if (queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(0))) {
+        Assemble(items, &next_batch);
+        items.clear();
+        gpu->Stage(BatchViewOf(next_batch));
+        next_staged = true;
+      }
+      const net::cuda::StepStats gs = gpu->Wait();
+      gpu->GetParams(params);
+      st.total = gs.total, st.pg_loss = gs.pg_loss, st.baseline_loss = gs.baseline_loss;
+      st.entropy = gs.entropy;
+      norm = gs.grad_norm;
+    } else {
+      Assemble(items, &batch);
+      items.clear();  // release the received batches
+      std::fill(grad.begin(), grad.end(), 0.f);
+      st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data());
+      norm = ClipGlobalNorm(grad, lc.max_grad_norm());
+      rms->Step(params, grad, lr);
+    }
     const int64_t version = ++self->version_;
     const int64_t steps = ++self->steps_;
     if (steps % lc.publish_every() == 0 || unpublished) unpublished = !publisher->Put(params, version);
@@ -316,6 +375,7 @@ void Learner::Impl::TrainLoop() {
 }
 
 bool Learner::Impl::SaveCheckpoint(std::string* error) {
+  if (gpu) gpu->GetState(params, rms->mean_square(), rms->momentum());
   CheckpointData d;
   d.layout_fingerprint = layout.Fingerprint();
   d.layout_text = LayoutText(layout);

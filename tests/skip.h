@@ -1,20 +1,12 @@
-// Catch2 v2 has no SKIP: a test that cannot run here prints why and exits with 77, which
-// CTest reports as skipped (SKIP_RETURN_CODE in tests/CMakeLists.txt).
+// Skips for tests that need the Python venv (Skip itself: tests/skip_only.h).
 #pragma once
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "envs/python_env.h"
+#include "tests/skip_only.h"
 
 namespace stampede::testing {
-
-[[noreturn]] inline void Skip(const std::string& reason) {
-  std::printf("SKIPPED: %s\n", reason.c_str());
-  std::fflush(stdout);
-  std::_Exit(77);
-}
 
 // Skips unless the project venv has gymnasium (CI makes it: tools/setup.sh).
 inline void RequirePythonVenv() {

@@ -515,7 +515,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     // Before any process or socket starts: a missing plug-in, a bad kwarg or an
     // unsupported space stops the run here.
     std::string error;
-    if (!ResolveEnvSpec(SelfExe(), &cfg, &error)) {
+    if (!ResolveEnvSpec(SelfExe(), &cfg, &error) || !CheckNetworkAndDevice(cfg, &error)) {
       std::fprintf(stderr, "stampede: %s\n", error.c_str());
       result.exit_code = 2;
       return result;

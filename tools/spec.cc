@@ -14,6 +14,8 @@
 
 #include "actors/env_source.h"
 #include "envs/vector_env.h"
+#include "net/cuda/trainer.h"
+#include "net/from_config.h"
 #include "wire/config.h"
 
 namespace stampede::tools {
@@ -92,6 +94,52 @@ bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::strin
   wire::StepShape shape;
   if (!ResolvedStepShape(*cfg, &shape, error)) {
     *error = "env: " + *error;
+    return false;
+  }
+  return true;
+}
+
+bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
+  wire::StepShape shape;
+  if (!ResolvedStepShape(cfg, &shape, error)) return false;
+  if (!net::MakeModelFromConfig(cfg, shape, error)) {
+    *error = "net: " + *error;
+    return false;
+  }
+  const std::string device = cfg.learner().device();
+  if (device == "cpu") return true;
+  // Ask in a child, so this process (which starts the fleet) never initialises CUDA.
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    *error = "learner.device: cannot make a pipe to query CUDA";
+    return false;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string why;
+    const int n = net::cuda::DeviceCount(&why);
+    const std::string msg = std::to_string(n) + "\n" + why;
+    [[maybe_unused]] ssize_t w = ::write(fds[1], msg.data(), msg.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string reply;
+  char buf[512];
+  ssize_t got;
+  while ((got = ::read(fds[0], buf, sizeof buf)) > 0) reply.append(buf, size_t(got));
+  ::close(fds[0]);
+  int status = 0;
+  while (pid > 0 && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int index = std::atoi(device.c_str() + 5);
+  const size_t nl = reply.find('\n');
+  const int count = nl == std::string::npos ? 0 : std::atoi(reply.substr(0, nl).c_str());
+  const std::string why = nl == std::string::npos ? "the CUDA query failed" : reply.substr(nl + 1);
+  if (index >= count) {
+    *error = "learner.device: \"" + device + "\" asks for a GPU, but " +
+             (count == 0 ? why : "this machine has " + std::to_string(count) + " CUDA devices") +
+             "; use learner.device: \"cpu\"";
     return false;
   }
   return true;

@@ -18,4 +18,9 @@ int RunSpecCommand(const config::Config& cfg);
 // the child's error (naming the env) on failure or when the spec cannot be trained on.
 [[nodiscard]] bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::string* error);
 
+// The config's network builds for its resolved env spec (a CNN on vector observations,
+// an image too small for the torso are refused), and learner.device names a device
+// this machine has (queried in a child process). False with the error otherwise.
+[[nodiscard]] bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error);
+
 }  // namespace stampede::tools

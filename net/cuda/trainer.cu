@@ -592,7 +592,8 @@ __global__ void ClipAndRmsProp(float* w, float* ms, float* mom, const float* g, 
 
 class CudaTrainer : public Trainer {
  public:
-  CudaTrainer(const ModelSpec& spec, int device, const TrainerOptions& opt) : spec_(spec), opt_(opt) {
+  CudaTrainer(const ModelSpec& spec, int device, const TrainerOptions& opt)
+      : spec_(spec), opt_(opt), device_(device) {
     STAMPEDE_CUDA_CHECK(cudaSetDevice(device));
     STAMPEDE_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
     STAMPEDE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
@@ -657,12 +658,14 @@ class CudaTrainer : public Trainer {
   const ParamLayout& layout() const override { return layout_; }
 
   void SetState(std::span<const float> p, std::span<const float> ms, std::span<const float> mom) override {
+    Device();
     const size_t bytes = sizeof(float) * size_t(layout_.total_size());
     STAMPEDE_CUDA_CHECK(cudaMemcpy(params_.get(), p.data(), bytes, cudaMemcpyHostToDevice));
     STAMPEDE_CUDA_CHECK(cudaMemcpy(ms_.get(), ms.data(), bytes, cudaMemcpyHostToDevice));
     STAMPEDE_CUDA_CHECK(cudaMemcpy(mom_.get(), mom.data(), bytes, cudaMemcpyHostToDevice));
   }
   void GetParams(std::span<float> p) override {
+    Device();
     STAMPEDE_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     STAMPEDE_CUDA_CHECK(cudaMemcpy(p.data(), params_.get(), sizeof(float) * p.size(), cudaMemcpyDeviceToHost));
   }
@@ -673,6 +676,7 @@ class CudaTrainer : public Trainer {
   }
 
   void Stage(const BatchView& b) override {
+    Device();
     const int slot = next_slot_;
     next_slot_ ^= 1;
     // The device copy in this slot may still feed a running step: wait for it.
@@ -705,7 +709,8 @@ class CudaTrainer : public Trainer {
     current_slot_ = slot;
   }
 
-  StepStats Step(double lr) override {
+  void Launch(double lr) override {
+    Device();
     Compute();
     const int64_t N = layout_.total_size();
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 4, 0, sizeof(double), ctx_.stream));
@@ -713,15 +718,24 @@ class CudaTrainer : public Trainer {
     ClipAndRmsProp<<<Blocks(N), 256, 0, ctx_.stream>>>(params_.get(), ms_.get(), mom_.get(), grad_.get(), N,
                                                         stats_.get() + 4, opt_.max_grad_norm, float(lr),
                                                         opt_.rms_decay, opt_.rms_momentum, opt_.rms_epsilon);
+    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), 5 * sizeof(double), cudaMemcpyDeviceToHost,
+                                        ctx_.stream));
+  }
+
+  StepStats Wait() override {
+    Device();
     return Finish();
   }
 
   StepStats ForwardAndGradient(std::vector<float>* policy, std::vector<float>* values,
                                std::vector<float>* grad) override {
+    Device();
     Compute();
     const int64_t N = layout_.total_size();
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 4, 0, sizeof(double), ctx_.stream));
     SquaredNorm<<<256, 256, 0, ctx_.stream>>>(grad_.get(), N, stats_.get() + 4);
+    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), 5 * sizeof(double), cudaMemcpyDeviceToHost,
+                                        ctx_.stream));
     StepStats st = Finish();
     const int P = spec_.policy.output_size();
     policy->resize(size_t(rows_) * P);
@@ -894,9 +908,10 @@ class CudaTrainer : public Trainer {
     return std::max(w, feature_);
   }
 
+  // The calling thread works on this trainer's device.
+  void Device() { STAMPEDE_CUDA_CHECK(cudaSetDevice(device_)); }
+
   StepStats Finish() {
-    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), 5 * sizeof(double), cudaMemcpyDeviceToHost,
-                                        ctx_.stream));
     STAMPEDE_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     StepStats st;
     st.pg_loss = host_stats_[0];
@@ -909,6 +924,7 @@ class CudaTrainer : public Trainer {
 
   ModelSpec spec_;
   TrainerOptions opt_;
+  int device_ = 0;
   Context ctx_;
   cudaStream_t copy_stream_ = nullptr;
   ParamLayout layout_;

@@ -78,9 +78,15 @@ class Trainer {
   // stream; returns without waiting, so the host can assemble the next batch while the
   // device computes. The next Step trains on the latest staged batch.
   virtual void Stage(const BatchView& batch) = 0;
-  // Forward over [T+1, B], V-trace, loss, backward, clipping, RMSProp; waits for the
-  // statistics (the only copy back).
-  virtual StepStats Step(double learning_rate) = 0;
+  // Forward over [T+1, B], V-trace, loss, backward, clipping, RMSProp on the latest
+  // staged batch. Launch returns once the work is queued (stage the next batch then);
+  // Wait waits for it and returns the statistics (the only copy back).
+  virtual void Launch(double learning_rate) = 0;
+  virtual StepStats Wait() = 0;
+  StepStats Step(double learning_rate) {
+    Launch(learning_rate);
+    return Wait();
+  }
   // For tests: on the staged batch at the current parameters, the forward outputs and
   // the loss gradient (before clipping), copied back; nothing is updated.
   virtual StepStats ForwardAndGradient(std::vector<float>* policy, std::vector<float>* values,

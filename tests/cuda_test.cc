@@ -1,0 +1,191 @@
+// The CUDA backend against the CPU one, for every network (each torso, the LSTM core,
+// each head): forward outputs, the loss gradient, and one full learner step (V-trace,
+// loss, global-norm clipping, RMSProp) from the same parameters and batch. Tolerances:
+// outputs 1e-4 relative (or absolute where small), gradients 2e-3 of the gradient's
+// largest magnitude, parameter updates 2e-3 of the update's largest magnitude (strict
+// FP32 on the GPU: no TF32; the CPU sums in a different order). Where this machine has
+// no CUDA device the test reports skipped, with the reason.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "learner/batch.h"
+#include "learner/loss.h"
+#include "learner/rmsprop.h"
+#include "net/cuda/trainer.h"
+#include "net/model.h"
+#include "tests/skip_only.h"
+
+using namespace stampede;
+
+namespace {
+struct Case {
+  const char* name;
+  net::ModelSpec spec;
+};
+
+net::ModelSpec Spec(const std::string& torso, std::vector<int> obs, bool u8, int lstm, net::PolicyShape pol) {
+  net::ModelSpec s;
+  s.obs_shape = std::move(obs);
+  s.uint8_obs = u8;
+  s.torso = torso;
+  s.hidden_sizes = {16, 8};
+  s.activation = net::Activation::kTanh;
+  s.fc_size = 12;
+  s.lstm_size = lstm;
+  s.policy = pol;
+  return s;
+}
+
+std::vector<Case> Cases() {
+  net::PolicyShape md;
+  md.kind = net::PolicyKind::kMultiDiscrete;
+  md.num_components = 2;
+  md.nvec[0] = 3, md.nvec[1] = 2;
+  net::PolicyShape g;
+  g.kind = net::PolicyKind::kGaussian;
+  g.num_components = 2;
+  return {
+      {"mlp (tanh), categorical", Spec("mlp", {6}, false, 0, net::CategoricalPolicy(4))},
+      {"mlp + lstm, multi-discrete", Spec("mlp", {6}, false, 8, md)},
+      {"mlp, gaussian", Spec("mlp", {5}, false, 0, g)},
+      {"shallow cnn, uint8 pixels", Spec("shallow_cnn", {2, 36, 28}, true, 0, net::CategoricalPolicy(3))},
+      {"deep resnet + lstm", Spec("deep_resnet", {2, 16, 12}, true, 8, net::CategoricalPolicy(3))},
+      {"small cnn", Spec("small_cnn", {3, 6, 7}, false, 0, net::CategoricalPolicy(5))},
+  };
+}
+
+learner::Batch RandomBatch(const net::ModelSpec& spec, int T, int B, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0, 1);
+  std::uniform_real_distribution<float> u(0, 1);
+  wire::StepShape shape{spec.obs_shape, spec.uint8_obs ? wire::DType::kUint8 : wire::DType::kFloat32,
+                        spec.policy.output_size(), 2 * spec.lstm_size};
+  if (spec.policy.kind == net::PolicyKind::kGaussian) {
+    shape.action_kind = wire::ActionKind::kBox;
+    shape.action_low.assign(spec.policy.num_components, -1.f);
+    shape.action_high.assign(spec.policy.num_components, 1.f);
+  } else if (spec.policy.kind == net::PolicyKind::kMultiDiscrete) {
+    shape.action_kind = wire::ActionKind::kMultiDiscrete;
+    shape.action_nvec.assign(spec.policy.nvec, spec.policy.nvec + spec.policy.num_components);
+  }
+  learner::Batch b;
+  b.Resize(T, B, shape);
+  for (auto& x : b.observations) x = n(rng);
+  for (auto& x : b.observations_u8) x = uint8_t(rng());
+  const int K = shape.action_size();
+  for (size_t i = 0; i < b.actions.size(); ++i) {
+    const int k = int(i % K);
+    const int count = spec.policy.kind == net::PolicyKind::kMultiDiscrete ? spec.policy.nvec[k] : spec.policy.nvec[0];
+    b.actions[i] = int(rng() % uint64_t(count));
+  }
+  for (auto& a : b.box_actions) a = n(rng);
+  for (auto& r : b.rewards) r = n(rng);
+  for (auto& l : b.behaviour_logits) l = 0.5f * n(rng);
+  if (spec.policy.kind == net::PolicyKind::kGaussian) {
+    const int D = spec.policy.num_components;
+    for (size_t i = 0; i < b.behaviour_logits.size(); ++i) {
+      if (i % (2 * D) >= size_t(D)) b.behaviour_logits[i] = -0.3f;  // log-std
+    }
+  }
+  for (auto& s : b.initial_core_state) s = 0.3f * n(rng);
+  for (int i = 0; i < T * B; ++i) {
+    const float e = u(rng);
+    b.terminated[i] = e < 0.1f;
+    b.truncated[i] = e >= 0.1f && e < 0.2f;
+    b.valid[i] = e < 0.95f;
+    b.truncation_values[i] = b.truncated[i] ? n(rng) : 0.f;
+  }
+  return b;
+}
+
+double MaxAbs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, double(std::abs(x)));
+  return m;
+}
+}  // namespace
+
+TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU for every network", "[cuda]") {
+  std::string why;
+  if (net::cuda::DeviceCount(&why) == 0) testing::Skip("needs a CUDA device: " + why);
+  const int T = 5, B = 4;
+  for (const Case& c : Cases()) {
+    INFO(c.name);
+    auto cpu = net::MakeCpuModel<float>(c.spec);
+    const int64_t N = cpu->layout().total_size();
+    std::vector<float> params(N);
+    net::InitParams(c.spec, 7, params);
+    std::mt19937_64 rng(8);
+    std::normal_distribution<float> noise(0, 0.05f);
+    for (auto& p : params) p += noise(rng);
+    const learner::Batch batch = RandomBatch(c.spec, T, B, 9);
+    learner::LossOptions lo;
+    lo.discount = 0.97;
+    lo.entropy_cost = 0.02;
+    lo.reward_clip = 1.5;
+    net::cuda::TrainerOptions to;
+    to.unroll_length = T;
+    to.batch_size = B;
+    to.discount = lo.discount;
+    to.entropy_cost = lo.entropy_cost;
+    to.reward_clip = lo.reward_clip;
+    to.max_grad_norm = 1.0;  // small: the clip engages
+    std::string error;
+    auto gpu = net::cuda::Trainer::Create(c.spec, 0, to, &error);
+    INFO(error);
+    REQUIRE(gpu);
+    REQUIRE(gpu->layout().Fingerprint() == cpu->layout().Fingerprint());
+    const std::vector<float> zeros(N, 0.f);
+    gpu->SetState(params, zeros, zeros);
+    gpu->Stage(learner::BatchViewOf(batch));
+
+    // Forward outputs and gradient.
+    std::vector<float> g_policy, g_values, g_grad;
+    const auto gs = gpu->ForwardAndGradient(&g_policy, &g_values, &g_grad);
+    const int T1 = T + 1, P = c.spec.policy.output_size();
+    std::vector<float> c_policy(size_t(T1) * B * P), c_values(size_t(T1) * B);
+    std::vector<uint8_t> first;
+    batch.EpisodeStarts(&first);
+    cpu->Forward(params.data(), batch.uint8_obs() ? (const void*)batch.observations_u8.data()
+                                                  : (const void*)batch.observations.data(),
+                 T1, B, first.data(), batch.initial_core_state.empty() ? nullptr : batch.initial_core_state.data(),
+                 c_policy.data(), c_values.data());
+    REQUIRE(g_policy.size() == c_policy.size());
+    for (size_t i = 0; i < c_policy.size(); ++i) CHECK(g_policy[i] == Approx(c_policy[i]).epsilon(1e-4).margin(1e-4));
+    for (size_t i = 0; i < c_values.size(); ++i) CHECK(g_values[i] == Approx(c_values[i]).epsilon(1e-4).margin(1e-4));
+    std::vector<float> c_grad(N, 0.f);
+    const auto cs = learner::ComputeLossAndGrad(*cpu, params.data(), batch, lo, c_grad.data());
+    CHECK(gs.total == Approx(cs.total).epsilon(1e-3).margin(1e-3));
+    CHECK(gs.entropy == Approx(cs.entropy).epsilon(1e-4));
+    const double gmax = MaxAbs(c_grad);
+    for (int64_t i = 0; i < N; ++i) CHECK(g_grad[i] == Approx(c_grad[i]).margin(2e-3 * gmax));
+
+    // One full step: clipping and RMSProp on both, from the same state.
+    const double lr = 0.01;
+    const double norm = learner::ClipGlobalNorm(c_grad, to.max_grad_norm);
+    CHECK(gs.grad_norm == Approx(norm).epsilon(1e-3));
+    learner::RmsProp rms(N, {to.rms_decay, to.rms_momentum, to.rms_epsilon});
+    std::vector<float> c_params = params;
+    rms.Step(c_params, c_grad, lr);
+    gpu->Step(lr);
+    std::vector<float> g_params(N), g_ms(N), g_mom(N);
+    gpu->GetState(g_params, g_ms, g_mom);
+    std::vector<float> c_delta(N);
+    for (int64_t i = 0; i < N; ++i) c_delta[i] = c_params[i] - params[i];
+    const double dmax = MaxAbs(c_delta);
+    for (int64_t i = 0; i < N; ++i) CHECK(g_params[i] - params[i] == Approx(c_delta[i]).margin(2e-3 * dmax));
+  }
+}
+
+TEST_CASE("cuda: asking for a device this machine lacks is a clear error", "[cuda]") {
+  std::string why;
+  const int n = net::cuda::DeviceCount(&why);
+  std::string error;
+  auto spec = Spec("mlp", {4}, false, 0, net::CategoricalPolicy(2));
+  auto t = net::cuda::Trainer::Create(spec, n + 3, {}, &error);
+  CHECK(t == nullptr);
+  CHECK_THAT(error, Catch::Contains("cuda:" + std::to_string(n + 3) + " is not available"));
+}
