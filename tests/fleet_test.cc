@@ -243,6 +243,26 @@ TEST_CASE("fleet: a bad config stops the program before anything starts", "[flee
   CHECK_FALSE(fs::exists(run_dir));
 }
 
+TEST_CASE("fleet: a network that does not fit the env, or a missing GPU, stops the run before anything starts", "[fleet][net]") {
+  SECTION("an image torso on CartPole's vector observation") {
+    const std::string run_dir = FreshRunDir("badnet");
+    Proc p = Start({"run", "configs/cartpole.textproto", "--run-dir", run_dir, "--set", "net.torso=deep_resnet"},
+                   run_dir + ".out");
+    CHECK(Wait(p, std::chrono::seconds(20)) == 2);
+    CHECK_THAT(Slurp(p.output_path), Catch::Contains("net: net.torso \"deep_resnet\" takes image observations"));
+    CHECK_FALSE(fs::exists(run_dir));
+  }
+  SECTION("a CUDA device this machine lacks") {
+    const std::string run_dir = FreshRunDir("nogpu");
+    Proc p = Start({"run", "configs/catch_pixels.textproto", "--run-dir", run_dir, "--set", "learner.device=cuda:63"},
+                   run_dir + ".out");
+    CHECK(Wait(p, std::chrono::seconds(20)) == 2);
+    CHECK_THAT(Slurp(p.output_path), Catch::Contains("learner.device: \"cuda:63\" asks for a GPU, but") &&
+                                         Catch::Contains("use learner.device: \"cpu\""));
+    CHECK_FALSE(fs::exists(run_dir));
+  }
+}
+
 TEST_CASE("fleet: a crashed learner or PS shard stops the run with a clear message", "[fleet]") {
   for (const std::string role : {"learner", "ps"}) {
     SECTION(role) {

@@ -15,6 +15,7 @@ struct BenchOptions {
   double seconds = 2.0;
   long long fleet_frames = 1000000;
   bool networks = false;  // --networks: the torso inference table instead
+  bool gpu = false;       // --gpu: the CUDA learner step instead
 };
 
 int RunBench(const BenchOptions& opt);
@@ -22,5 +23,9 @@ int RunBench(const BenchOptions& opt);
 // (84x84x4 uint8 frames; 10x10x4 for the MinAtar-sized small CNN), and the CPU learner
 // step of the shallow and deep CNNs at B = 32, T = 20.
 int RunNetworkBench(const BenchOptions& opt);
+// The CUDA learner step (deep ResNet + LSTM 256 on 84x84x4 uint8, B = 32, T = 100, as the
+// learner runs it: staging the next batch while the device computes, parameters copied
+// back for publishing) and how it compares with what 2 CPU cores of actors can feed.
+int RunGpuBench(const BenchOptions& opt);
 
 }  // namespace stampede::tools

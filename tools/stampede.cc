@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   bench->add_option("--seconds", bench_opt.seconds, "Seconds per micro-benchmark")->default_val(2.0);
   bench->add_flag("--networks", bench_opt.networks,
                   "Measure every network's CPU inference and learner step instead");
+  bench->add_flag("--gpu", bench_opt.gpu, "Measure the CUDA learner step instead");
   bench->add_option("--fleet-frames", bench_opt.fleet_frames,
                     "Frame budget of the end-to-end fleet run (0 skips it)")
       ->default_val(1000000);
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
   if (bench->parsed()) {
     bench_opt.sets = sets;
     if (bench_opt.networks) return stampede::tools::RunNetworkBench(bench_opt);
+    if (bench_opt.gpu) return stampede::tools::RunGpuBench(bench_opt);
     return stampede::tools::RunBench(bench_opt);
   }
   for (auto* sub : roles) {

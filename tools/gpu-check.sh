@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with a CUDA device (the lent H200), in one go:
+#   1. the CPU-vs-CUDA tests (every network: forward, gradient, a full learner step),
+#   2. `stampede bench --gpu` (deep ResNet + LSTM, B=32, T=100, 84x84x4),
+#   3. the same learner step in PyTorch eager on the same GPU, and the ratio.
+#
+# That machine has the CUDA driver, cuBLAS and cuDNN (PyTorch's wheels) but none of this
+# machine's Debian libraries, so the build travels:
+#   here:        tools/gpu-check.sh --prepare   # builds with CUDA, fills .gpu/ (bin + lib)
+#   GPU machine: tools/gpu-check.sh             # with .gpu carried along
+# Exit status: non-zero when a test fails or a binary cannot load.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+GPU_DIR=.gpu
+
+if [[ "${1:-}" == "--prepare" ]]; then
+  set -e
+  # Its own build: x86-64-v3 (AVX2, FMA) rather than this machine's -march=native, so the
+  # binaries run on the GPU machine's processor too.
+  if [[ ! -f build-gpu/build.ninja ]]; then
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTAMPEDE_CUDA=ON -DSTAMPEDE_NATIVE=OFF \
+      -DCMAKE_CXX_FLAGS=-march=x86-64-v3
+  fi
+  cmake --build build-gpu -j "${STAMPEDE_JOBS:-$(nproc)}" --target stampede stampede_cuda_tests
+  rm -rf "$GPU_DIR" && mkdir -p "$GPU_DIR/bin" "$GPU_DIR/lib"
+  cp build-gpu/tools/stampede build-gpu/tests/stampede_cuda_tests "$GPU_DIR/bin/"
+  # Debian libraries the binaries load, except the C runtime and CUDA's own (there).
+  for bin in "$GPU_DIR"/bin/*; do
+    ldd "$bin" | awk '$3 ~ /^\// {print $3}'
+  done | sort -u | grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt|ld-linux[^/]*)\.so|libcu|libnv' |
+    while read -r lib; do cp -L "$lib" "$GPU_DIR/lib/"; done
+  du -sh "$GPU_DIR"
+  echo "gpu-check: prepared $GPU_DIR; on the GPU machine run tools/gpu-check.sh with $GPU_DIR carried"
+  exit 0
+fi
+
+if [[ ! -x "$GPU_DIR/bin/stampede" ]]; then
+  echo "gpu-check: $GPU_DIR/bin is missing: run 'tools/gpu-check.sh --prepare' on the build machine and carry $GPU_DIR" >&2
+  exit 2
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+# cuBLAS 13 and cuDNN 9 from the Python environment's NVIDIA wheels (PyTorch's).
+libdirs=$(python3 - <<'PY'
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+found = set()
+for root in roots:
+    for name in ("libcublas.so.13", "libcublasLt.so.13", "libcudnn.so.9"):
+        for path in glob.glob(os.path.join(root, "nvidia", "**", name), recursive=True):
+            found.add(os.path.dirname(path))
+print(":".join(sorted(found)))
+PY
+)
+export LD_LIBRARY_PATH="$PWD/$GPU_DIR/lib${libdirs:+:$libdirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+status=0
+for bin in "$GPU_DIR"/bin/*; do
+  if ldd "$bin" | grep -q "not found"; then
+    echo "gpu-check: $bin cannot load:" >&2
+    ldd "$bin" | grep "not found" >&2
+    status=2
+  fi
+done
+[[ $status -ne 0 ]] && exit $status
+
+echo "== 1. CPU vs CUDA tests"
+"$GPU_DIR/bin/stampede_cuda_tests" --durations yes || status=1
+
+echo "== 2. Stampede's CUDA learner step"
+ours=$("$GPU_DIR/bin/stampede" bench --gpu --seconds "${GPU_BENCH_SECONDS:-20}") || status=1
+echo "$ours"
+
+echo "== 3. The same step in PyTorch eager"
+theirs=$(PYTHONUNBUFFERED=1 python3 tools/torch_impala_bench.py --seconds "${GPU_BENCH_SECONDS:-20}") || status=1
+echo "$theirs"
+
+a=$(echo "$ours" | sed -n 's/^RESULT agent_steps_per_s=\([0-9.]*\).*/\1/p')
+b=$(echo "$theirs" | sed -n 's/^RESULT agent_steps_per_s=\([0-9.]*\).*/\1/p')
+if [[ -n "$a" && -n "$b" ]]; then
+  python3 -c "print(f'== Stampede / PyTorch eager learner throughput: {float($a) / float($b):.2f}x (target >= 1.5x)')"
+fi
+exit $status
