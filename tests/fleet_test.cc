@@ -345,8 +345,9 @@ static void PixelCatchLearns(const std::string& name, std::vector<std::string> s
   INFO(Slurp(p.output_path));
   REQUIRE(code == 0);
   const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  // The 100-episode mean reached 0.9 (the run then stops; the final mean may be a hair lower).
   CHECK(summary["frames_to_target"].get<long long>() > 0);
-  CHECK(summary["mean_return_100"].get<double>() >= 0.9);
+  CHECK(summary["frames_to_target"].get<long long>() <= 600000);
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
 
