@@ -31,7 +31,8 @@ int RunBench(const BenchOptions& opt) {
     return 2;
   }
   config::Config cfg = loaded.config;
-  std::printf("stampede bench: env %s, config %s\n", cfg.env().name().c_str(), opt.config_path.c_str());
+  std::printf("stampede bench: env %s, config %s\n", actors::EnvSourceFromConfig(cfg).Describe().c_str(),
+              opt.config_path.c_str());
 
   // 1. Raw env steps/s: the actor's E envs as one vector env, random actions, one core.
   {
@@ -156,7 +157,7 @@ int RunBench(const BenchOptions& opt) {
     const double sps = steps / elapsed;
     // Backward costs about twice the forward pass.
     const double flops = 3.0 * double((T + 1) * B) * model->ForwardFlops();
-    std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.0f  (%.0f frames/s; ~%.1f GFLOP/s of ~100 for Eigen GEMM)\n",
+    std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.2f  (%.0f frames/s; ~%.1f GFLOP/s; a 512^3 Eigen GEMM runs ~36 here)\n",
                 B, T, core->net_spec().torso.c_str(), (long long)model->layout().total_size(), sps,
                 sps * T * B * core->frames_per_step(), sps * flops / 1e9);
   }
