@@ -129,3 +129,40 @@ TEST_CASE("actor: a truncated step records the value of the final observation", 
   }
   CHECK(truncations == 2 * E);
 }
+
+TEST_CASE("actor: with an LSTM core, the learner's unroll from the sent initial state reproduces the behaviour", "[actors][net]") {
+  // Catch episodes (9 steps) end inside 7-step unrolls, so states are reset mid-unroll
+  // and carried across unrolls; the learner must see exactly what the actor saw.
+  const int E = 3, T = 7;
+  config::Config cfg = ActorConfig("Catch", E, T);
+  cfg.mutable_net()->set_lstm_size(6);
+  std::string error;
+  auto core = actors::ActorCore::Create(cfg, 0, &error);
+  INFO(error);
+  REQUIRE(core);
+  const net::ModelSpec& spec = core->net_spec();
+  REQUIRE(spec.lstm_size == 6);
+  auto model = net::MakeCpuModel<float>(spec);
+  std::vector<float> params(model->layout().total_size());
+  net::InitParams(spec, 3, params);
+  for (auto& p : params) p *= 3;  // a state-dependent policy
+  wire::TrajectoryBatch batch;
+  int starts_inside = 0;
+  bool carried = false;
+  for (int u = 0; u < 5; ++u) {
+    core->CollectUnroll(params, u, &batch);
+    REQUIRE(batch.initial_core_state.size() == size_t(E) * 12);
+    for (float s : batch.initial_core_state) carried = carried || s != 0.f;
+    std::vector<uint8_t> first;
+    batch.EpisodeStarts(&first);
+    for (int i = E; i < T * E; ++i) starts_inside += first[i];
+    std::vector<float> policy(size_t(T + 1) * E * 3), values(size_t(T + 1) * E);
+    model->Forward(params.data(), batch.observations.data(), T + 1, E, first.data(),
+                   batch.initial_core_state.data(), policy.data(), values.data());
+    for (int i = 0; i < T * E * 3; ++i) {
+      CHECK(policy[i] == Approx(batch.behaviour_logits[i]).margin(1e-5));
+    }
+  }
+  CHECK(starts_inside > 0);  // episodes began inside unrolls
+  CHECK(carried);            // and some unroll began mid-episode with a non-zero state
+}
