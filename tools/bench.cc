@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include <unsupported/Eigen/CXX11/Tensor>
+
 #include "actors/actor.h"
 #include "actors/env_source.h"
 #include "envs/vector_env.h"
@@ -12,6 +14,7 @@
 #include "learner/rmsprop.h"
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
+#include "net/layers.h"
 #include "tools/coordinator.h"
 #include "wire/config.h"
 
@@ -233,6 +236,39 @@ int RunNetworkBench(const BenchOptions& opt) {
       std::printf("  %-24s %8s %12.2f %6d %14.1f %10.1f\n", name.c_str(), obs.c_str(), mflop, batch, us,
                   mflop * 1e6 / (us * 1e-6) / 1e9);
     }
+  }
+  // im2col + GEMM (what net/ uses) against Eigen's Tensor convolutions (a 2-D convolution
+  // per input/output channel pair, summed), for the deep ResNet's first layer.
+  {
+    const net::ImageShape in{4, 84, 84};
+    const int C = 16, n = 8;
+    net::ParamLayout layout;
+    auto conv = net::MakeConv<float>(&layout, "c", in, C, 3, 1, 1);
+    std::vector<float> p(layout.total_size(), 0.01f), x(size_t(n) * in.size(), 0.5f), y(size_t(n) * conv->out_size());
+    int64_t done = 0;
+    auto start = Clock::now();
+    double elapsed = 0;
+    do {
+      conv->Forward(p.data(), x.data(), n, y.data());
+      done += n;
+    } while ((elapsed = Since(start)) < opt.seconds / 3);
+    const double im2col_us = 1e6 * elapsed / double(done);
+    Eigen::Tensor<float, 2> plane(in.h + 2, in.w + 2), kernel(3, 3), out(in.h, in.w);
+    plane.setConstant(0.5f);
+    kernel.setConstant(0.01f);
+    const Eigen::array<ptrdiff_t, 2> dims{0, 1};
+    done = 0;
+    start = Clock::now();
+    do {
+      for (int co = 0; co < C; ++co) {
+        out.setZero();
+        for (int ci = 0; ci < in.c; ++ci) out += plane.convolve(kernel, dims);
+      }
+      ++done;
+    } while ((elapsed = Since(start)) < opt.seconds / 3);
+    const double tensor_us = 1e6 * elapsed / double(done);
+    std::printf("  conv 4->16 3x3 pad 1 on 84x84 (deep ResNet's first): im2col + GEMM %.1f us/sample, "
+                "Eigen Tensor convolve %.1f us/sample (%.1fx)\n", im2col_us, tensor_us, tensor_us / im2col_us);
   }
   // The CPU learner: V-trace, loss, forward + backward over [T+1, B], clipping, RMSProp.
   const int T = 20, B = 32;
