@@ -39,13 +39,13 @@ if [[ ! -x "$GPU_DIR/bin/stampede" ]]; then
   exit 2
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-# cuBLAS 13 and cuDNN 9 from the Python environment's NVIDIA wheels (PyTorch's).
+# cuBLAS 13, cuDNN 9 and NVRTC (which cuDNN loads) from the Python environment's NVIDIA wheels (PyTorch's).
 libdirs=$(python3 - <<'PY'
 import glob, os, site
 roots = site.getsitepackages() + [site.getusersitepackages()]
 found = set()
 for root in roots:
-    for name in ("libcublas.so.13", "libcublasLt.so.13", "libcudnn.so.9"):
+    for name in ("libcublas.so.13", "libcublasLt.so.13", "libcudnn.so.9", "libnvrtc.so.13", "libnvJitLink.so.13"):
         for path in glob.glob(os.path.join(root, "nvidia", "**", name), recursive=True):
             found.add(os.path.dirname(path))
 print(":".join(sorted(found)))
