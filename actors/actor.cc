@@ -184,7 +184,7 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
           std::memcpy(&m.final_obs[j * obs_bytes], &m.final_obs[m.truncated_envs[j] * obs_bytes], obs_bytes);
         }
         // The state that saw the episode up to the final observation.
-        std::copy_n(&m.state[size_t(m.truncated_envs[j]) * S], S, &m.final_state[size_t(j) * S]);
+        if (S > 0) std::copy_n(&m.state[size_t(m.truncated_envs[j]) * S], S, &m.final_state[size_t(j) * S]);
       }
       m.net->Step(params.data(), m.final_obs.data(), k, nullptr, m.final_state.data(), nullptr,
                   nullptr, m.final_values.data());
