@@ -53,6 +53,7 @@ struct Reader {
 
 std::string LayoutText(const net::ParamLayout& layout) {
   std::ostringstream os;
+  if (!layout.tag().empty()) os << layout.tag() << "\n";
   for (const auto& t : layout.tensors()) {
     os << t.name << " [";
     for (size_t i = 0; i < t.shape.size(); ++i) os << (i ? "," : "") << t.shape[i];

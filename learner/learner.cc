@@ -78,13 +78,20 @@ struct Learner::Impl {
 
   std::mutex mu;  // guards everything below
   std::deque<float> returns, lengths;
-  double returns_sum = 0;
+  // The mean of the window, recomputed from the window itself (a running sum would keep
+  // the rounding damage of one huge value forever).
+  double MeanReturn() const {
+    double sum = 0;
+    for (float r : returns) sum += r;
+    return returns.empty() ? 0 : sum / double(returns.size());
+  }
   int64_t episodes = 0;
   int64_t frames_to_target = -1;
   double lag_sum = 0;
   int64_t lag_count = 0, lag_max = 0;
   LossStats last_loss;
   double last_grad_norm = 0, last_lr = 0, train_seconds = 0, receive_wait_s = 0;
+  int64_t skipped_steps = 0;  // non-finite loss or gradient: not applied
   std::map<int, uint64_t> actor_incarnation;             // actor task -> incarnation
   std::set<std::pair<int, int>> logged;                  // (actor, reason) logged once
 
@@ -210,8 +217,12 @@ void Learner::Impl::ReceiveLoop() {
       auto b = std::make_shared<wire::TrajectoryBatch>();
       wire::TrajectoryExpectations expect;
       expect.unroll_length = cfg.actors().unroll_length();
+      expect.num_unrolls = cfg.actors().envs_per_actor();
       expect.shape = shape;
       expect.newest_policy_version = self->version_.load();
+      expect.max_abs_observation = cfg.wire().max_abs_observation();
+      expect.max_abs_reward = cfg.wire().max_abs_reward();
+      expect.max_episode_length = cfg.env().resolved_spec().max_episode_steps();
       std::string detail;
       wire::DropReason reason = wire::DecodeTrajectory(parts, expect, b.get(), &detail);
       if (reason != wire::DropReason::kNone) {
@@ -248,10 +259,8 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
     }
     for (const auto& ep : b->meta.episodes()) {
       returns.push_back(ep.episode_return());
-      returns_sum += ep.episode_return();
       lengths.push_back(float(ep.length()));
       if (returns.size() > kReturnWindow) {
-        returns_sum -= returns.front();
         returns.pop_front();
         lengths.pop_front();
       }
@@ -261,7 +270,7 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
     const int64_t frames = b->valid_steps() * frames_per_step;
     if (frames_to_target < 0 && (stop_cfg.target_return() != 0 || stop_cfg.stop_at_target()) &&
         returns.size() >= kReturnWindow &&
-        returns_sum / double(returns.size()) >= stop_cfg.target_return()) {
+        MeanReturn() >= stop_cfg.target_return()) {
       frames_to_target = self->frames_.load() + frames;
     }
     self->frames_ += frames;
@@ -346,7 +355,17 @@ void Learner::Impl::TrainLoop() {
       std::fill(grad.begin(), grad.end(), 0.f);
       st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data());
       norm = ClipGlobalNorm(grad, lc.max_grad_norm());
-      rms->Step(params, grad, lr);
+      if (std::isfinite(st.total) && std::isfinite(norm)) rms->Step(params, grad, lr);
+    }
+    if (!std::isfinite(st.total) || !std::isfinite(norm)) {
+      // Never applied (the CUDA step leaves the parameters alone too): count it, say it
+      // once in a while, and go on with the next batch.
+      std::lock_guard lock(mu);
+      if (skipped_steps++ % 1000 == 0) {
+        std::fprintf(stderr, "learner: skipped a step with a non-finite loss or gradient (%lld so far)\n",
+                     (long long)skipped_steps);
+      }
+      continue;
     }
     const int64_t version = ++self->version_;
     const int64_t steps = ++self->steps_;
@@ -415,7 +434,7 @@ void Learner::FillStatus(wire::Status* s) {
   double len = 0;
   for (float l : m.lengths) len += l;
   s->set_frames_to_target(m.frames_to_target);
-  s->set_mean_return_100(m.returns.empty() ? 0 : m.returns_sum / double(m.returns.size()));
+  s->set_mean_return_100(m.MeanReturn());
   s->set_mean_episode_length_100(m.lengths.empty() ? 0 : len / double(m.lengths.size()));
   s->set_policy_lag_mean(m.lag_count ? m.lag_sum / double(m.lag_count) : 0);
   s->set_policy_lag_max(m.lag_max);
@@ -429,6 +448,7 @@ void Learner::FillStatus(wire::Status* s) {
   s->set_learning_rate(m.last_lr);
   s->set_train_seconds(m.train_seconds);
   s->set_receive_wait_s(m.receive_wait_s);
+  s->set_skipped_steps(m.skipped_steps);
 }
 
 }  // namespace stampede::learner

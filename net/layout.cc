@@ -37,6 +37,7 @@ uint64_t ParamLayout::Fingerprint() const {
     mix(uint64_t(t.offset));
   }
   mix(uint64_t(total_));
+  for (char c : tag_) mix(uint64_t(uint8_t(c)));
   return h;
 }
 

@@ -22,6 +22,10 @@ class ParamLayout {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo& Find(const std::string& name) const;  // throws std::out_of_range
   int64_t total_size() const { return total_; }
+  // What else about the network the parameters depend on (the MLP's activation): part
+  // of the fingerprint, so a checkpoint or peer for a relu network is refused by a tanh one.
+  void set_tag(std::string tag) { tag_ = std::move(tag); }
+  const std::string& tag() const { return tag_; }
   // A fingerprint of names, shapes and offsets (FNV-1a), to refuse a checkpoint or
   // peer built for another network.
   uint64_t Fingerprint() const;
@@ -29,6 +33,7 @@ class ParamLayout {
  private:
   std::vector<TensorInfo> tensors_;
   int64_t total_ = 0;
+  std::string tag_;
 };
 
 // The contiguous slice [offset, offset + count) of a buffer of `total` floats that

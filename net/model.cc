@@ -46,6 +46,7 @@ std::vector<std::unique_ptr<Layer<S>>> BuildTorso(const ModelSpec& spec, ParamLa
                                                   std::string* error) {
   std::vector<std::unique_ptr<Layer<S>>> L;
   if (spec.torso == "mlp") {
+    layout->set_tag(spec.activation == Activation::kTanh ? "mlp activation tanh" : "mlp activation relu");
     int in = spec.obs_size();
     for (size_t i = 0; i < spec.hidden_sizes.size(); ++i) {
       const int out = spec.hidden_sizes[i];

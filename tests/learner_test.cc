@@ -92,6 +92,16 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     CHECK_THAT(error, Catch::Contains("checkpoint is for another network") &&
                           Catch::Contains("torso/0/w [50,16]") && Catch::Contains("torso/0/w [50,32]"));
   }
+  SECTION("the same shapes with another activation are refused") {
+    config::Config cfg = Base("", 16);
+    cfg.mutable_net()->set_activation("tanh");  // the checkpoint's network is relu
+    cfg.mutable_learner()->set_restore_from(edited);
+    Shards shards(ctx, &cfg);
+    learner::Learner other(cfg, ctx, "tcp://127.0.0.1:*", 2);
+    CHECK_FALSE(other.Start(&error));
+    CHECK_THAT(error, Catch::Contains("checkpoint is for another network") &&
+                          Catch::Contains("mlp activation relu") && Catch::Contains("mlp activation tanh"));
+  }
   SECTION("a damaged checkpoint is refused") {
     config::Config cfg = Base("", 16);
     const std::string bad = (dir / "bad.bin").string();

@@ -178,6 +178,48 @@ TEST_CASE("wire: box and multi-discrete actions and an LSTM state travel and are
   }
 }
 
+TEST_CASE("wire: magnitudes, unroll counts and episode records are bounded", "[wire]") {
+  Pipe pipe;
+  wire::TrajectoryBatch got;
+  std::string detail;
+  auto expect = Expect(5, 4, 2, 7);
+  expect.num_unrolls = 3;
+  expect.max_abs_observation = 100;
+  expect.max_abs_reward = 10;
+  expect.max_episode_length = 50;
+  REQUIRE(wire::DecodeTrajectory(pipe.RoundTrip(MakeGood(5, 3, 4, 2, 7)), expect, &got, &detail) ==
+          DropReason::kNone);
+  SECTION("a huge reward") {
+    auto b = MakeGood(5, 3, 4, 2, 7);
+    b.rewards[4] = 3e38f;
+    CHECK(wire::DecodeTrajectory(pipe.RoundTrip(b), expect, &got, &detail) == DropReason::kOutOfRange);
+    CHECK_THAT(detail, Catch::Contains("exceeds wire.max_abs_reward"));
+    CHECK(std::string(wire::DropReasonName(DropReason::kOutOfRange)) == "out_of_range");
+  }
+  SECTION("a huge observation") {
+    auto b = MakeGood(5, 3, 4, 2, 7);
+    b.observations[7] = -101.f;
+    CHECK(wire::DecodeTrajectory(pipe.RoundTrip(b), expect, &got, &detail) == DropReason::kOutOfRange);
+    CHECK_THAT(detail, Catch::Contains("exceeds wire.max_abs_observation"));
+  }
+  SECTION("more unrolls than an actor has envs") {
+    CHECK(wire::DecodeTrajectory(pipe.RoundTrip(MakeGood(5, 4, 4, 2, 7)), expect, &got, &detail) ==
+          DropReason::kShape);
+    CHECK_THAT(detail, Catch::Contains("4 unrolls, expected 3 (actors.envs_per_actor)"));
+  }
+  SECTION("impossible episode records") {
+    auto b = MakeGood(5, 3, 4, 2, 7);
+    b.meta.mutable_episodes(0)->set_length(51);
+    CHECK(wire::DecodeTrajectory(pipe.RoundTrip(b), expect, &got, &detail) == DropReason::kOutOfRange);
+    CHECK_THAT(detail, Catch::Contains("episode length 51 is not in [1, 50]"));
+    b.meta.mutable_episodes(0)->set_length(0);
+    CHECK(wire::DecodeTrajectory(pipe.RoundTrip(b), expect, &got, &detail) == DropReason::kOutOfRange);
+    b.meta.mutable_episodes(0)->set_length(10);
+    b.meta.mutable_episodes(0)->set_episode_return(1e30f);  // more than 10 per step for 10 steps
+    CHECK(wire::DecodeTrajectory(pipe.RoundTrip(b), expect, &got, &detail) == DropReason::kOutOfRange);
+  }
+}
+
 TEST_CASE("wire: PS requests, parameter slices and status round-trip", "[wire]") {
   zmq::context_t ctx(1);
   zmq::socket_t a(ctx, zmq::socket_type::pair), b(ctx, zmq::socket_type::pair);
@@ -308,6 +350,7 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
   cfg.mutable_env()->set_name("Catch");
   cfg.mutable_net()->add_hidden_sizes(16);
   cfg.mutable_actors()->set_unroll_length(5);
+  cfg.mutable_actors()->set_envs_per_actor(2);  // the good messages carry 2 unrolls
   cfg.mutable_learner()->set_batch_size(4);
   cfg.mutable_learner()->set_queue_capacity(16);
   cfg.mutable_stop()->set_total_env_frames(1000000000);

@@ -368,6 +368,7 @@ void Progress(SupervisorState& st, Clock::time_point now) {
                         {"learning_rate", s.learning_rate()},
                         {"train_seconds", s.train_seconds()},
                         {"learner_receive_wait_s", s.receive_wait_s()},
+                        {"learner_skipped_steps", s.skipped_steps()},
                         {"actors_alive", actors_alive},
                         {"actor_frames", actor_frames},
                         {"actor_send_wait_s", actor_wait},

@@ -320,6 +320,8 @@ constexpr Range kRanges[] = {
     {"coordinator.heartbeat_timeout_s", 0, 1e6, true, false},
     {"coordinator.max_actor_restarts", 0, 1e9, false, true},
     {"coordinator.shutdown_grace_s", 0, 3600, true, false},
+    {"wire.max_abs_observation", 0, 3e38, true, false},
+    {"wire.max_abs_reward", 0, 3e38, true, false},
 };
 }  // namespace
 

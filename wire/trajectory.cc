@@ -1,5 +1,6 @@
 #include "wire/trajectory.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -98,6 +99,7 @@ const char* DropReasonName(DropReason reason) {
     case DropReason::kNonFinite: return "non_finite";
     case DropReason::kBadAction: return "bad_action";
     case DropReason::kFutureVersion: return "future_version";
+    case DropReason::kOutOfRange: return "out_of_range";
     default: return "unknown";
   }
 }
@@ -144,6 +146,11 @@ DropReason DecodeTrajectory(const std::vector<zmq::message_t>& parts,
   }
   if (n <= 0 || n > 1 << 20) {
     *detail = "num_unrolls " + std::to_string(n) + " is not in [1, 2^20]";
+    return DropReason::kShape;
+  }
+  if (expect.num_unrolls > 0 && n != expect.num_unrolls) {
+    *detail = std::to_string(n) + " unrolls, expected " + std::to_string(expect.num_unrolls) +
+              " (actors.envs_per_actor)";
     return DropReason::kShape;
   }
   out->Unrolls::Resize(int(T), int(n), expect.shape);
@@ -213,6 +220,34 @@ DropReason DecodeTrajectory(const std::vector<zmq::message_t>& parts,
       *detail = "non-finite episode return";
       return DropReason::kNonFinite;
     }
+    if (ep.length() < 1 || (expect.max_episode_length > 0 && ep.length() > expect.max_episode_length)) {
+      *detail = "episode length " + std::to_string(ep.length()) + " is not in [1, " +
+                (expect.max_episode_length > 0 ? std::to_string(expect.max_episode_length) : "inf") + "]";
+      return DropReason::kOutOfRange;
+    }
+    if (expect.max_abs_reward > 0 &&
+        std::abs(double(ep.episode_return())) > expect.max_abs_reward * std::max(1, ep.length())) {
+      *detail = "episode return " + std::to_string(ep.episode_return()) + " over " +
+                std::to_string(ep.length()) + " steps exceeds wire.max_abs_reward per step";
+      return DropReason::kOutOfRange;
+    }
+  }
+  auto beyond = [](const std::vector<float>& v, double bound, size_t* at) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (std::abs(double(v[i])) > bound) return *at = i, true;
+    }
+    return false;
+  };
+  size_t at = 0;
+  if (expect.max_abs_observation > 0 && beyond(out->observations, expect.max_abs_observation, &at)) {
+    *detail = "observation value " + std::to_string(out->observations[at]) + " at index " + std::to_string(at) +
+              " exceeds wire.max_abs_observation (" + std::to_string(expect.max_abs_observation) + ")";
+    return DropReason::kOutOfRange;
+  }
+  if (expect.max_abs_reward > 0 && beyond(out->rewards, expect.max_abs_reward, &at)) {
+    *detail = "reward " + std::to_string(out->rewards[at]) + " at index " + std::to_string(at) +
+              " exceeds wire.max_abs_reward (" + std::to_string(expect.max_abs_reward) + ")";
+    return DropReason::kOutOfRange;
   }
   if (m.policy_version() > expect.newest_policy_version || m.policy_version() < 0) {
     *detail = "policy version " + std::to_string(m.policy_version()) +

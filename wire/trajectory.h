@@ -45,8 +45,12 @@ int64_t TrajectoryBytes(int unroll_length, int num_unrolls, const StepShape& sha
 // What the learner expects of every trajectory (from the config's resolved env spec).
 struct TrajectoryExpectations {
   int unroll_length = 0;
+  int num_unrolls = 0;  // > 0: exactly this many unrolls (actors.envs_per_actor)
   StepShape shape;
   int64_t newest_policy_version = 0;  // a trajectory may not claim a newer one
+  double max_abs_observation = 0;     // > 0: bound on |float observation|
+  double max_abs_reward = 0;          // > 0: bound on |reward|
+  int max_episode_length = 0;         // > 0: bound on an episode record's length
 };
 
 enum class DropReason {
@@ -57,6 +61,7 @@ enum class DropReason {
   kNonFinite,       // NaN or infinity in observations, rewards or logits
   kBadAction,       // action outside [0, num_actions)
   kFutureVersion,   // policy version newer than the learner's
+  kOutOfRange,      // an observation or reward beyond wire.max_abs_*, an impossible episode record
   kCount
 };
 const char* DropReasonName(DropReason reason);

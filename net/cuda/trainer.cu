@@ -584,6 +584,7 @@ __global__ void ClipAndRmsProp(float* w, float* ms, float* mom, const float* g, 
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const double norm = sqrt(*sq_norm);
+  if (!isfinite(norm)) return;  // a non-finite gradient is never applied (the learner counts it)
   const float scale = max_norm > 0 && norm > max_norm ? float(max_norm / norm) : 1.f;
   RmsPropElement(w[i], ms[i], mom[i], g[i] * scale, lr, decay, momentum, eps);
 }
@@ -767,6 +768,7 @@ class CudaTrainer : public Trainer {
     };
     auto relu = [&](int size) { torso_.push_back(std::make_unique<GActivation>(size, false)); };
     if (spec_.torso == "mlp") {
+      layout_.set_tag(spec_.activation == Activation::kTanh ? "mlp activation tanh" : "mlp activation relu");
       int in = spec_.obs_size();
       for (size_t i = 0; i < spec_.hidden_sizes.size(); ++i) {
         const int out = spec_.hidden_sizes[i];
