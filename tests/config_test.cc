@@ -61,6 +61,14 @@ TEST_CASE("config: every shipped config loads; the Atari variants differ only in
   CHECK(load("catch_pixels").net().torso() == "shallow_cnn");
 }
 
+TEST_CASE("config: a directory is not a config; a million hidden layers are refused", "[config]") {
+  CHECK_THAT(LoadError(std::string(STAMPEDE_SOURCE_DIR) + "/configs"), Catch::Contains("not a config file (a directory)"));
+  std::string many = "net { hidden_sizes: [";
+  for (int i = 0; i < 100; ++i) many += (i ? ", " : "") + std::string("4");
+  const auto path = WriteTemp("many", many + "] }\n");
+  CHECK_THAT(LoadError(path), Catch::Contains("net.hidden_sizes: 100 layers, expected at most 64"));
+}
+
 TEST_CASE("config: an unknown torso or device is a located error", "[config]") {
   const auto path = WriteTemp("torso", "seed: 3\nnet {\n  torso: \"resnet50\"\n}\n");
   const std::string err = LoadError(path);

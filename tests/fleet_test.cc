@@ -263,6 +263,31 @@ TEST_CASE("fleet: a network that does not fit the env, or a missing GPU, stops t
   }
 }
 
+TEST_CASE("fleet: preflight refuses a directory as config, an unwritable run dir and messages too big", "[fleet]") {
+  SECTION("a config path that is a directory") {
+    const std::string run_dir = FreshRunDir("cfgdir");
+    Proc p = Start({"run", "configs", "--run-dir", run_dir}, run_dir + ".out");
+    CHECK(Wait(p, std::chrono::seconds(20)) == 2);
+    CHECK_THAT(Slurp(p.output_path), Catch::Contains("configs: not a config file (a directory)"));
+    CHECK_FALSE(fs::exists(run_dir));
+  }
+  SECTION("a run directory under a regular file") {
+    const std::string file = FreshRunDir("plainfile");
+    std::ofstream(file) << "x";
+    Proc p = Start({"run", "configs/catch.textproto", "--run-dir", file + "/run"}, file + ".out");
+    CHECK(Wait(p, std::chrono::seconds(20)) == 2);
+    CHECK_THAT(Slurp(p.output_path), Catch::Contains("run directory " + file + "/run cannot be created or written"));
+  }
+  SECTION("max_message_bytes smaller than a trajectory") {
+    const std::string run_dir = FreshRunDir("tinymsg");
+    Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set", "cluster.max_message_bytes=1024"},
+                   run_dir + ".out");
+    CHECK(Wait(p, std::chrono::seconds(20)) == 2);
+    CHECK_THAT(Slurp(p.output_path), Catch::Contains("cluster.max_message_bytes: 1024 cannot carry one trajectory"));
+    CHECK_FALSE(fs::exists(run_dir));
+  }
+}
+
 TEST_CASE("fleet: a crashed learner or PS shard stops the run with a clear message", "[fleet]") {
   for (const std::string role : {"learner", "ps"}) {
     SECTION(role) {

@@ -522,7 +522,8 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       return result;
     }
   }
-  if (fs::exists(cfg.run_dir() + "/metrics.jsonl")) {
+  std::error_code exists_ec;
+  if (fs::exists(cfg.run_dir() + "/metrics.jsonl", exists_ec)) {
     std::fprintf(stderr,
                  "stampede: %s already holds a run (metrics.jsonl); choose another --run-dir or "
                  "remove it (to continue training from it: --set learner.restore_from=%s/checkpoint.bin "
@@ -531,7 +532,26 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     result.exit_code = 2;
     return result;
   }
-  fs::create_directories(cfg.run_dir() + "/logs");
+  {
+    // The run directory must be creatable and writable: a clean error, never an exception.
+    std::error_code ec;
+    fs::create_directories(cfg.run_dir() + "/logs", ec);
+    const std::string probe = cfg.run_dir() + "/.write-test";
+    if (!ec) {
+      std::ofstream out(probe);
+      out << "ok\n";
+      out.flush();
+      if (!out) ec = std::make_error_code(std::errc::io_error);
+      std::error_code removed;
+      fs::remove(probe, removed);
+    }
+    if (ec) {
+      std::fprintf(stderr, "stampede: run directory %s cannot be created or written: %s\n",
+                   cfg.run_dir().c_str(), ec.message().c_str());
+      result.exit_code = 2;
+      return result;
+    }
+  }
   result.run_dir = cfg.run_dir();
   const std::string config_path = cfg.run_dir() + "/config.textproto";
   WriteRunFile(config_path, ConfigToText(cfg));

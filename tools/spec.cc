@@ -17,6 +17,7 @@
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "wire/config.h"
+#include "wire/trajectory.h"
 
 namespace stampede::tools {
 
@@ -102,8 +103,34 @@ bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::strin
 bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
   wire::StepShape shape;
   if (!ResolvedStepShape(cfg, &shape, error)) return false;
-  if (!net::MakeModelFromConfig(cfg, shape, error)) {
+  auto model = net::MakeModelFromConfig(cfg, shape, error);
+  if (!model) {
     *error = "net: " + *error;
+    return false;
+  }
+  // Every message the run implies must fit what its receivers accept.
+  const int64_t params = model->layout().total_size();
+  constexpr int64_t kMaxParams = int64_t(1) << 29;  // 2 GiB of float32
+  if (params > kMaxParams) {
+    *error = "net: " + std::to_string(params) + " parameters, more than the " +
+             std::to_string(kMaxParams) + " a run accepts";
+    return false;
+  }
+  const int64_t max_bytes = cfg.cluster().max_message_bytes();
+  const int64_t trajectory = wire::TrajectoryBytes(cfg.actors().unroll_length(), cfg.actors().envs_per_actor(), shape) +
+                             64 * 1024;  // the header: episodes, array descriptions
+  if (trajectory > max_bytes) {
+    *error = "cluster.max_message_bytes: " + std::to_string(max_bytes) + " cannot carry one trajectory (" +
+             std::to_string(trajectory) + " bytes for actors.unroll_length " +
+             std::to_string(cfg.actors().unroll_length()) + " x actors.envs_per_actor " +
+             std::to_string(cfg.actors().envs_per_actor()) + ")";
+    return false;
+  }
+  const int64_t slice = (params + cfg.ps().num_shards() - 1) / cfg.ps().num_shards() * 4 + 4096;
+  if (slice > max_bytes) {
+    *error = "cluster.max_message_bytes: " + std::to_string(max_bytes) + " cannot carry one parameter slice (" +
+             std::to_string(slice) + " bytes: " + std::to_string(params) + " parameters over " +
+             std::to_string(cfg.ps().num_shards()) + " shards)";
     return false;
   }
   const std::string device = cfg.learner().device();

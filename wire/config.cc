@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -246,6 +247,15 @@ bool ApplyOverride(const std::string& assignment, config::Config* cfg, std::stri
 
 bool LoadConfig(const std::string& path, const std::vector<std::string>& overrides,
                 LoadedConfig* out, std::string* error) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    *error = path + ": not a config file (a directory)";
+    return false;
+  }
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
+    *error = path + ": not a config file (not a regular file)";
+    return false;
+  }
   std::ifstream in(path);
   if (!in) {
     *error = path + ": cannot open config file";
@@ -342,6 +352,11 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
   if (act != "relu" && act != "tanh") {
     *error = loaded.Where("net.activation") + ": net.activation: \"" + act +
              "\" is not known, expected \"relu\" or \"tanh\"";
+    return false;
+  }
+  if (c.net().hidden_sizes_size() > 64) {
+    *error = loaded.Where("net.hidden_sizes") + ": net.hidden_sizes: " +
+             std::to_string(c.net().hidden_sizes_size()) + " layers, expected at most 64";
     return false;
   }
   const std::string torso = c.net().torso();
