@@ -136,6 +136,18 @@ bool Learner::Start(std::string* error) {
                d.layout_text + "this config's network is:\n" + LayoutText(m.layout);
       return false;
     }
+    auto finite = [](const std::vector<float>& v) {
+      for (float x : v) {
+        if (!std::isfinite(x)) return false;
+      }
+      return true;
+    };
+    if (!finite(d.params) || !finite(d.rms_mean_square) || !finite(d.rms_momentum)) {
+      *error = m.cfg.learner().restore_from() +
+               ": checkpoint holds non-finite parameters or optimizer state (NaN or infinity); "
+               "refusing to train from it";
+      return false;
+    }
     m.params = d.params;
     m.rms->mean_square() = d.rms_mean_square;
     m.rms->momentum() = d.rms_momentum;
@@ -395,6 +407,12 @@ void Learner::Impl::TrainLoop() {
 
 bool Learner::Impl::SaveCheckpoint(std::string* error) {
   if (gpu) gpu->GetState(params, rms->mean_square(), rms->momentum());
+  for (float x : params) {
+    if (!std::isfinite(x)) {
+      *error = "not writing " + checkpoint_path + ": the parameters hold a non-finite value";
+      return false;
+    }
+  }
   CheckpointData d;
   d.layout_fingerprint = layout.Fingerprint();
   d.layout_text = LayoutText(layout);

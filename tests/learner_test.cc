@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "learner/checkpoint.h"
@@ -101,6 +102,18 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     CHECK_FALSE(other.Start(&error));
     CHECK_THAT(error, Catch::Contains("checkpoint is for another network") &&
                           Catch::Contains("mlp activation relu") && Catch::Contains("mlp activation tanh"));
+  }
+  SECTION("a checkpoint holding NaN is refused") {
+    learner::CheckpointData poisoned = saved;
+    poisoned.params[3] = std::numeric_limits<float>::quiet_NaN();
+    const std::string nan_path = (dir / "nan.bin").string();
+    REQUIRE(learner::SaveCheckpoint(nan_path, poisoned, &error));
+    config::Config cfg = Base("", 16);
+    cfg.mutable_learner()->set_restore_from(nan_path);
+    Shards shards(ctx, &cfg);
+    learner::Learner other(cfg, ctx, "tcp://127.0.0.1:*", 2);
+    CHECK_FALSE(other.Start(&error));
+    CHECK_THAT(error, Catch::Contains("non-finite parameters"));
   }
   SECTION("a damaged checkpoint is refused") {
     config::Config cfg = Base("", 16);
