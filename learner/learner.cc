@@ -24,6 +24,7 @@ namespace stampede::learner {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReturnWindow = 100;  // episodes in the mean-return window
+constexpr std::chrono::seconds kDropLogInterval{10};  // one drop line per reason per this
 
 namespace {
 net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg) {
@@ -92,8 +93,11 @@ struct Learner::Impl {
   LossStats last_loss;
   double last_grad_norm = 0, last_lr = 0, train_seconds = 0, receive_wait_s = 0;
   int64_t skipped_steps = 0;  // non-finite loss or gradient: not applied
-  std::map<int, uint64_t> actor_incarnation;             // actor task -> incarnation
-  std::set<std::pair<int, int>> logged;                  // (actor, reason) logged once
+  // Drop logging, rate-limited per reason for the whole learner (a claimed sender id
+  // costs an attacker nothing): the first drop of a reason, then one line per
+  // kDropLogInterval with how many were not logged.
+  Clock::time_point last_drop_log[size_t(wire::DropReason::kCount)] = {};
+  int64_t unlogged_drops[size_t(wire::DropReason::kCount)] = {};
 
   Impl(Learner* s, const config::Config& c, zmq::context_t& z, std::string ep, uint64_t inc)
       : self(s), cfg(c), ctx(z), bind_endpoint(std::move(ep)), incarnation(inc),
@@ -253,22 +257,23 @@ void Learner::Impl::Drop(const std::vector<zmq::message_t>& parts, wire::DropRea
   wire::Trajectory meta;
   if (!parts.empty() && wire::ParseFrame(parts[0], &meta)) actor = meta.sender().task_index();
   std::lock_guard lock(mu);
-  if (logged.insert({actor, int(reason)}).second) {
-    std::fprintf(stderr, "learner: dropped a trajectory from actor %d (%s): %s\n", actor,
-                 wire::DropReasonName(reason), detail.c_str());
+  const size_t r = size_t(reason);
+  const auto now = Clock::now();
+  if (last_drop_log[r] != Clock::time_point{} && now - last_drop_log[r] < kDropLogInterval) {
+    ++unlogged_drops[r];
+    return;
   }
+  std::string more;
+  if (unlogged_drops[r] > 0) more = " (and " + std::to_string(unlogged_drops[r]) + " more of this reason since the last line)";
+  std::fprintf(stderr, "learner: dropped a trajectory from actor %d (%s): %s%s\n", actor,
+               wire::DropReasonName(reason), detail.c_str(), more.c_str());
+  last_drop_log[r] = now;
+  unlogged_drops[r] = 0;
 }
 
 void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
-  const int actor = b->meta.sender().task_index();
   {
     std::lock_guard lock(mu);
-    auto [it, fresh] = actor_incarnation.emplace(actor, b->meta.sender().incarnation());
-    if (!fresh && it->second != b->meta.sender().incarnation()) {
-      // A restarted actor: forget what was logged for its previous incarnation.
-      it->second = b->meta.sender().incarnation();
-      for (int r = 0; r < int(wire::DropReason::kCount); ++r) logged.erase({actor, r});
-    }
     for (const auto& ep : b->meta.episodes()) {
       returns.push_back(ep.episode_return());
       lengths.push_back(float(ep.length()));
