@@ -1,6 +1,7 @@
 #include "ps/shard.h"
 
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 
 #include "net/layout.h"
@@ -77,6 +78,12 @@ void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data) 
   } else if (total_size_ >= 0 && (put.total_size() != total_size_ ||
                                   put.layout_fingerprint() != layout_fingerprint_)) {
     problem = "put for a different parameter layout";
+  } else {
+    // Never serve non-finite parameters: actors would act on NaN.
+    const float* v = static_cast<const float*>(data->data());
+    for (int64_t i = 0; i < put.count() && problem == nullptr; ++i) {
+      if (!std::isfinite(v[i])) problem = "put holds a non-finite value (NaN or infinity)";
+    }
   }
   if (problem != nullptr) {
     ++stats_.bad_requests;

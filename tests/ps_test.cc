@@ -2,6 +2,8 @@
 // never mixes shards of different versions.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include <thread>
 
 #include "net/layout.h"
@@ -120,9 +122,15 @@ TEST_CASE("ps: a shard refuses puts for another layout or slice and stale versio
   wait_until(all(&ps::ShardStats::stale_puts, 1));
   REQUIRE(pub.PutAll(Pattern(100, 7), 7, nullptr));
   wait_until(all(&ps::ShardStats::newest_version, 7));
+  // A put holding NaN (a newer version, the right layout) is refused: actors never get it.
+  std::vector<float> poisoned = Pattern(100, 8);
+  for (auto& x : poisoned) x = std::numeric_limits<float>::quiet_NaN();
+  ps::ParamsPublisher nan_pub(fleet.ctx, fleet.Options(100, wire::ROLE_LEARNER));
+  REQUIRE(nan_pub.PutAll(poisoned, 1000000000000, nullptr));
+  wait_until(all(&ps::ShardStats::bad_requests, 2));
   for (auto& s : fleet.shards) {
     CHECK(s->stats().newest_version.load() == 7);
-    CHECK(s->stats().bad_requests.load() == 1);  // the other layout's put
+    CHECK(s->stats().bad_requests.load() == 2);  // the other layout's put and the NaN put
     CHECK(s->stats().stale_puts.load() == 1);    // version 3 after 5
     CHECK(s->stats().puts.load() == 2);          // 5 and 7
   }
