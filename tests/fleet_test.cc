@@ -311,7 +311,7 @@ TEST_CASE("fleet: a crashed learner or PS shard stops the run with a clear messa
 TEST_CASE("fleet: a silent actor is reported with its last activity and restarted", "[fleet]") {
   const std::string run_dir = FreshRunDir("silent");
   Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
-                  "stop.total_env_frames=1000000000", "--set", "coordinator.heartbeat_timeout_s=1.5"},
+                  "stop.total_env_frames=1000000000", "--set", "coordinator.heartbeat_timeout_s=3"},
                  run_dir + ".out");
   const int victim = PidOnceTraining(run_dir, "actor 1");
   REQUIRE(victim > 0);
