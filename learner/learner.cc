@@ -27,19 +27,37 @@ constexpr size_t kReturnWindow = 100;  // episodes in the mean-return window
 constexpr std::chrono::seconds kDropLogInterval{10};  // one drop line per reason per this
 
 namespace {
+// The loss's options from the learner config (both backends take these).
+LossOptions LossOptionsFrom(const config::Config& cfg) {
+  const auto& lc = cfg.learner();
+  LossOptions lo;
+  lo.discount = lc.discount();
+  lo.vtrace.clip_rho_threshold = lc.clip_rho_threshold();
+  lo.vtrace.clip_c_threshold = lc.clip_c_threshold();
+  lo.vtrace.clip_pg_rho_threshold = lc.clip_pg_rho_threshold();
+  lo.vtrace.lambda = lc.lambda();
+  lo.baseline_cost = lc.baseline_cost();
+  lo.entropy_cost = lc.entropy_cost();
+  lo.bootstrap_on_truncation = lc.bootstrap_on_truncation();
+  lo.reward_clip = lc.reward_clip();
+  lo.reward_scale = lc.reward_scale();
+  return lo;
+}
+
 net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg) {
   const auto& lc = cfg.learner();
+  const LossOptions lo = LossOptionsFrom(cfg);
   net::cuda::TrainerOptions o;
   o.unroll_length = cfg.actors().unroll_length();
   o.batch_size = lc.batch_size();
-  o.discount = lc.discount();
-  o.clips = net::VTraceClips{lc.clip_rho_threshold(), lc.clip_c_threshold(), lc.clip_pg_rho_threshold(),
-                             lc.lambda()};
-  o.baseline_cost = lc.baseline_cost();
-  o.entropy_cost = lc.entropy_cost();
-  o.bootstrap_on_truncation = lc.bootstrap_on_truncation();
-  o.reward_clip = lc.reward_clip();
-  o.reward_scale = lc.reward_scale();
+  o.discount = lo.discount;
+  o.clips = net::VTraceClips{lo.vtrace.clip_rho_threshold, lo.vtrace.clip_c_threshold,
+                             lo.vtrace.clip_pg_rho_threshold, lo.vtrace.lambda};
+  o.baseline_cost = lo.baseline_cost;
+  o.entropy_cost = lo.entropy_cost;
+  o.bootstrap_on_truncation = lo.bootstrap_on_truncation;
+  o.reward_clip = lo.reward_clip;
+  o.reward_scale = lo.reward_scale;
   o.max_grad_norm = lc.max_grad_norm();
   o.rms_decay = float(lc.optimizer().decay());
   o.rms_momentum = float(lc.optimizer().momentum());
@@ -310,17 +328,7 @@ void Learner::Impl::Assemble(const std::vector<UnrollRef>& items, Batch* batch) 
 void Learner::Impl::TrainLoop() {
   const auto& lc = cfg.learner();
   const int B = lc.batch_size(), T = cfg.actors().unroll_length();
-  LossOptions lo;
-  lo.discount = lc.discount();
-  lo.vtrace.clip_rho_threshold = lc.clip_rho_threshold();
-  lo.vtrace.clip_c_threshold = lc.clip_c_threshold();
-  lo.vtrace.clip_pg_rho_threshold = lc.clip_pg_rho_threshold();
-  lo.vtrace.lambda = lc.lambda();
-  lo.baseline_cost = lc.baseline_cost();
-  lo.entropy_cost = lc.entropy_cost();
-  lo.bootstrap_on_truncation = lc.bootstrap_on_truncation();
-  lo.reward_clip = lc.reward_clip();
-  lo.reward_scale = lc.reward_scale();
+  const LossOptions lo = LossOptionsFrom(cfg);
   const double lr0 = lc.optimizer().learning_rate();
   const double total_frames = double(cfg.stop().total_env_frames());
   Batch batch, next_batch;
