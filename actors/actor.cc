@@ -14,6 +14,7 @@
 #include "net/from_config.h"
 #include "ps/client.h"
 #include "wire/config.h"
+#include "wire/auth.h"
 #include "wire/status_channel.h"
 #include "wire/zmq_util.h"
 
@@ -201,6 +202,11 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
     std::fprintf(stderr, "actor %d: %s\n", task_index, error.c_str());
     return 2;
   }
+  auto curve = wire::RunCurve(cfg, wire::Identity("actor", task_index), &error);
+  if (!curve && !error.empty()) {
+    std::fprintf(stderr, "actor %d: %s\n", task_index, error.c_str());
+    return 2;
+  }
   const uint64_t incarnation = wire::NewIncarnation();
   const wire::Sender sender = wire::MakeSender(wire::ROLE_ACTOR, task_index, incarnation);
   zmq::context_t ctx(1);
@@ -208,8 +214,9 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
   wire::ConfigureSender(out, 1, 100);
   wire::LimitKernelBuffers(out, wire::TrajectoryBytes(cfg.actors().unroll_length(),
                                                      cfg.actors().envs_per_actor(), core->shape()));
+  if (curve) curve->MakeClient(out, wire::Identity("learner", 0));
   out.connect(cfg.cluster().learner());
-  wire::StatusChannel channel(ctx, cfg.cluster().coordinator(), sender);
+  wire::StatusChannel channel(ctx, cfg.cluster().coordinator(), sender, curve.get());
   wire::Status& status = channel.status();
   auto report = [&](const char* activity) {
     status.set_actor_frames(core->frames());
@@ -222,6 +229,7 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
   co.layout_fingerprint = core->layout_fingerprint();
   co.max_message_bytes = cfg.cluster().max_message_bytes();
   co.sender = sender;
+  co.curve = curve;
   ps::ParamsFetcher fetcher(ctx, co);
   std::vector<float> params(core->param_count());
   int64_t version = -1;

@@ -11,6 +11,8 @@
 
 #include "learner/batch.h"
 #include "learner/checkpoint.h"
+#include "wire/auth.h"
+#include "wire/log_limit.h"
 #include "learner/loss.h"
 #include "learner/rmsprop.h"
 #include "net/cuda/trainer.h"
@@ -24,7 +26,6 @@ namespace stampede::learner {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReturnWindow = 100;  // episodes in the mean-return window
-constexpr std::chrono::seconds kDropLogInterval{10};  // one drop line per reason per this
 
 namespace {
 // The loss's options from the learner config (both backends take these).
@@ -111,11 +112,13 @@ struct Learner::Impl {
   LossStats last_loss;
   double last_grad_norm = 0, last_lr = 0, train_seconds = 0, receive_wait_s = 0;
   int64_t skipped_steps = 0;  // non-finite loss or gradient: not applied
-  // Drop logging, rate-limited per reason for the whole learner (a claimed sender id
-  // costs an attacker nothing): the first drop of a reason, then one line per
-  // kDropLogInterval with how many were not logged.
-  Clock::time_point last_drop_log[size_t(wire::DropReason::kCount)] = {};
-  int64_t unlogged_drops[size_t(wire::DropReason::kCount)] = {};
+  // Drop lines, rate-limited per reason for the whole learner (a claimed sender id
+  // costs an attacker nothing).
+  wire::LogLimiter drop_log;
+  std::string checkpoint_error;  // the newest failed checkpoint write
+  int64_t checkpoint_failures = 0;
+  std::shared_ptr<const wire::Curve> curve;  // CURVE on: the run's keys
+  std::unique_ptr<wire::ZapHandler> zap;    // ... and the handler for the PULL socket
 
   Impl(Learner* s, const config::Config& c, zmq::context_t& z, std::string ep, uint64_t inc)
       : self(s), cfg(c), ctx(z), bind_endpoint(std::move(ep)), incarnation(inc),
@@ -127,12 +130,17 @@ struct Learner::Impl {
   void Drop(const std::vector<zmq::message_t>& parts, wire::DropReason reason,
             const std::string& detail);
   void Assemble(const std::vector<UnrollRef>& items, Batch* batch) const;
+  // Writes the checkpoint; a failure is also kept for the status (the run's exit code
+  // and summary report it).
   bool SaveCheckpoint(std::string* error);
+  bool WriteCheckpointFile(std::string* error);
 };
 
 Learner::Learner(const config::Config& cfg, zmq::context_t& ctx, std::string trajectory_endpoint,
-                 uint64_t incarnation)
-    : impl_(std::make_unique<Impl>(this, cfg, ctx, std::move(trajectory_endpoint), incarnation)) {}
+                 uint64_t incarnation, std::shared_ptr<const wire::Curve> curve)
+    : impl_(std::make_unique<Impl>(this, cfg, ctx, std::move(trajectory_endpoint), incarnation)) {
+  impl_->curve = std::move(curve);
+}
 
 Learner::~Learner() { Stop(); }
 
@@ -188,6 +196,11 @@ bool Learner::Start(std::string* error) {
   }
   m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(*m.socket, m.cfg.cluster().max_message_bytes());
+  if (m.curve) {
+    // Trajectories from the run's actors only.
+    m.zap = std::make_unique<wire::ZapHandler>(m.ctx, *m.curve, wire::RunAllowList(), "learner");
+    m.curve->MakeServer(*m.socket, wire::kDomainTrajectories);
+  }
   m.socket->set(zmq::sockopt::rcvhwm, 2);
   wire::LimitKernelBuffers(*m.socket, wire::TrajectoryBytes(m.cfg.actors().unroll_length(),
                                                            m.cfg.actors().envs_per_actor(), m.shape));
@@ -202,6 +215,7 @@ bool Learner::Start(std::string* error) {
   co.total_size = m.layout.total_size();
   co.layout_fingerprint = m.layout.Fingerprint();
   co.sender = wire::MakeSender(wire::ROLE_LEARNER, 0, m.incarnation);
+  co.curve = m.curve;
   m.publisher = std::make_unique<ps::ParamsPublisher>(m.ctx, co);
   if (!m.publisher->PutAll(m.params, version_.load(), &m.stop)) {
     *error = "learner: stopped before the first parameters reached the PS";
@@ -275,18 +289,10 @@ void Learner::Impl::Drop(const std::vector<zmq::message_t>& parts, wire::DropRea
   wire::Trajectory meta;
   if (!parts.empty() && wire::ParseFrame(parts[0], &meta)) actor = meta.sender().task_index();
   std::lock_guard lock(mu);
-  const size_t r = size_t(reason);
-  const auto now = Clock::now();
-  if (last_drop_log[r] != Clock::time_point{} && now - last_drop_log[r] < kDropLogInterval) {
-    ++unlogged_drops[r];
-    return;
-  }
-  std::string more;
-  if (unlogged_drops[r] > 0) more = " (and " + std::to_string(unlogged_drops[r]) + " more of this reason since the last line)";
+  int64_t unlogged = 0;
+  if (!drop_log.Allow(wire::DropReasonName(reason), &unlogged)) return;
   std::fprintf(stderr, "learner: dropped a trajectory from actor %d (%s): %s%s\n", actor,
-               wire::DropReasonName(reason), detail.c_str(), more.c_str());
-  last_drop_log[r] = now;
-  unlogged_drops[r] = 0;
+               wire::DropReasonName(reason), detail.c_str(), wire::LogLimiter::More(unlogged).c_str());
 }
 
 void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
@@ -412,13 +418,21 @@ void Learner::Impl::TrainLoop() {
     if (!checkpoint_path.empty() && lc.checkpoint_interval_s() > 0 &&
         Clock::now() - last_checkpoint > std::chrono::duration<double>(lc.checkpoint_interval_s())) {
       std::string error;
-      if (!SaveCheckpoint(&error)) std::fprintf(stderr, "learner: %s\n", error.c_str());
+      if (!SaveCheckpoint(&error)) std::fprintf(stderr, "learner: checkpoint failed: %s\n", error.c_str());
       last_checkpoint = Clock::now();
     }
   }
 }
 
 bool Learner::Impl::SaveCheckpoint(std::string* error) {
+  if (WriteCheckpointFile(error)) return true;
+  std::lock_guard lock(mu);
+  checkpoint_error = *error;
+  ++checkpoint_failures;
+  return false;
+}
+
+bool Learner::Impl::WriteCheckpointFile(std::string* error) {
   if (gpu) gpu->GetState(params, rms->mean_square(), rms->momentum());
   for (float x : params) {
     if (!std::isfinite(x)) {
@@ -460,6 +474,9 @@ void Learner::FillStatus(wire::Status* s) {
     }
   }
   std::lock_guard lock(m.mu);
+  s->set_checkpoint_error(m.checkpoint_error);
+  s->set_checkpoint_failures(m.checkpoint_failures);
+  if (m.zap && m.zap->rejected() > 0) (*s->mutable_refused_by_reason())["unauthorised_connection"] = m.zap->rejected();
   s->set_episodes(m.episodes);
   s->set_returns_counted(int(m.returns.size()));
   double len = 0;

@@ -17,13 +17,19 @@
 #include "wire/messages.pb.h"
 #include "wire/trajectory.h"
 
+namespace stampede::wire {
+class Curve;
+}
+
 namespace stampede::learner {
 
 class Learner {
  public:
   // `trajectory_endpoint` is where the PULL socket binds (may end in ":*" in tests).
+  // `curve`: the run's keys (CURVE on: only actors may send trajectories, and puts to
+  // the PS are authenticated), or null. The learner runs the context's ZAP handler.
   Learner(const config::Config& cfg, zmq::context_t& ctx, std::string trajectory_endpoint,
-          uint64_t incarnation);
+          uint64_t incarnation, std::shared_ptr<const wire::Curve> curve = nullptr);
   ~Learner();
 
   // Binds, initialises (or restores) parameters, puts version 0 to every PS shard

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "net/layout.h"
+#include "wire/auth.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::ps {
@@ -30,6 +31,7 @@ ParamsFetcher::ParamsFetcher(zmq::context_t& ctx, ClientOptions opt) : opt_(std:
   for (const auto& ep : opt_.endpoints) {
     auto s = std::make_unique<ShardState>(ctx);
     wire::ConfigureReceiver(s->socket, opt_.max_message_bytes);
+    if (opt_.curve) opt_.curve->MakeClient(s->socket, wire::Identity("ps", int(shards_.size())));
     s->socket.connect(ep);
     shards_.push_back(std::move(s));
   }
@@ -122,6 +124,7 @@ ParamsPublisher::ParamsPublisher(zmq::context_t& ctx, ClientOptions opt) : opt_(
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     wire::ConfigureSender(s, 4, 0);
     wire::ConfigureReceiver(s, 1 << 16);  // shards never answer puts
+    if (opt_.curve) opt_.curve->MakeClient(s, wire::Identity("ps", int(sockets_.size())));
     s.connect(ep);
     sockets_.push_back(std::move(s));
   }

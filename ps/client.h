@@ -13,6 +13,10 @@
 
 #include "wire/messages.pb.h"
 
+namespace stampede::wire {
+class Curve;
+}
+
 namespace stampede::ps {
 
 struct ClientOptions {
@@ -21,6 +25,8 @@ struct ClientOptions {
   uint64_t layout_fingerprint = 0;
   int64_t max_message_bytes = 64 << 20;
   wire::Sender sender;
+  // The run's keys (CURVE on), or null; shard i is the server "ps-i".
+  std::shared_ptr<const wire::Curve> curve;
 };
 
 // Assembles whole versions from all shards without ever blocking the caller: Poll()

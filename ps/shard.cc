@@ -5,9 +5,35 @@
 #include <cstring>
 
 #include "net/layout.h"
+#include "wire/auth.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::ps {
+
+const char* RefusalName(Refusal r) {
+  switch (r) {
+    case Refusal::kUnparsable: return "bad_request";
+    case Refusal::kWrongLayout: return "wrong_layout";
+    case Refusal::kNonFinite: return "non_finite";
+    case Refusal::kStalePut: return "stale_put";
+    case Refusal::kUnauthorisedPut: return "unauthorised_put";
+    default: return "unknown";
+  }
+}
+
+void Shard::Refuse(Refusal why, const std::string& detail) {
+  ++stats_.refused[size_t(why)];
+  if (why == Refusal::kStalePut) {
+    ++stats_.stale_puts;  // versions are monotone; an old put is ignored, not logged
+    return;
+  }
+  ++stats_.bad_requests;
+  int64_t unlogged = 0;
+  if (log_limiter_.Allow(RefusalName(why), &unlogged)) {
+    std::fprintf(stderr, "ps %d: refused a request (%s): %s%s\n", opt_.shard, RefusalName(why), detail.c_str(),
+                 wire::LogLimiter::More(unlogged).c_str());
+  }
+}
 
 struct Shard::Snapshot {
   int64_t version;
@@ -19,6 +45,7 @@ Shard::Shard(zmq::context_t& ctx, ShardOptions opt)
   wire::ConfigureReceiver(socket_, opt_.max_message_bytes);
   socket_.set(zmq::sockopt::router_mandatory, 0);
   socket_.set(zmq::sockopt::sndhwm, 1000);
+  if (opt_.curve != nullptr) opt_.curve->MakeServer(socket_, wire::kDomainParams);
 }
 
 Shard::~Shard() = default;
@@ -50,26 +77,29 @@ void Shard::Run(const std::atomic<bool>& stop) {
         problem = e;
       }
       if (!problem.empty()) {
-        ++stats_.bad_requests;
-        if (logged_bad_++ < 5) {
-          std::fprintf(stderr, "ps %d: dropped a request: %s\n", opt_.shard, problem.c_str());
-        }
+        Refuse(Refusal::kUnparsable, problem);
         continue;
       }
       if (req.has_put()) {
-        HandlePut(req.put(), parts.size() == 3 ? &parts[2] : nullptr);
+        HandlePut(req.put(), parts.size() == 3 ? &parts[2] : nullptr, wire::PeerIdentity(parts[1]));
       } else if (req.has_get()) {
         HandleGet(parts[0], req.get());
       } else {
-        ++stats_.bad_requests;
+        Refuse(Refusal::kUnparsable, "neither a put nor a get");
       }
     }
   }
 }
 
-void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data) {
+void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, const std::string& peer) {
+  if (opt_.curve != nullptr && wire::IdentityRole(peer) != "learner") {
+    Refuse(Refusal::kUnauthorisedPut, "a put from " + (peer.empty() ? std::string("an unidentified peer") : peer) +
+                                          "; only learners may put");
+    return;
+  }
   const net::Slice mine = net::ShardSlice(put.total_size(), opt_.shard, opt_.num_shards);
   const char* problem = nullptr;
+  Refusal why = Refusal::kWrongLayout;
   if (put.shard() != opt_.shard || put.num_shards() != opt_.num_shards) {
     problem = "put for another shard";
   } else if (put.offset() != mine.offset || put.count() != mine.count || data == nullptr ||
@@ -82,16 +112,18 @@ void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data) 
     // Never serve non-finite parameters: actors would act on NaN.
     const float* v = static_cast<const float*>(data->data());
     for (int64_t i = 0; i < put.count() && problem == nullptr; ++i) {
-      if (!std::isfinite(v[i])) problem = "put holds a non-finite value (NaN or infinity)";
+      if (!std::isfinite(v[i])) {
+        problem = "put holds a non-finite value (NaN or infinity)";
+        why = Refusal::kNonFinite;
+      }
     }
   }
   if (problem != nullptr) {
-    ++stats_.bad_requests;
-    if (logged_bad_++ < 5) std::fprintf(stderr, "ps %d: dropped a put: %s\n", opt_.shard, problem);
+    Refuse(why, problem);
     return;
   }
   if (!versions_.empty() && put.version() <= versions_.back()->version) {
-    ++stats_.stale_puts;  // versions are monotone; an old put is ignored
+    Refuse(Refusal::kStalePut, {});
     return;
   }
   auto snap = std::make_shared<Snapshot>();

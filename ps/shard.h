@@ -15,7 +15,12 @@
 
 #include <zmq.hpp>
 
+#include "wire/log_limit.h"
 #include "wire/messages.pb.h"
+
+namespace stampede::wire {
+class Curve;
+}
 
 namespace stampede::ps {
 
@@ -25,11 +30,21 @@ struct ShardOptions {
   int versions_kept = 8;
   int64_t max_message_bytes = 64 << 20;
   uint64_t incarnation = 1;
+  // The run's keys (CURVE on: the socket is a CURVE server, and a put is taken only
+  // from a connection ZAP identified as a learner), or null. The context's ZAP handler
+  // belongs to the caller.
+  const wire::Curve* curve = nullptr;
 };
+
+// Why the shard refused a request.
+enum class Refusal { kUnparsable, kWrongLayout, kNonFinite, kStalePut, kUnauthorisedPut, kCount };
+const char* RefusalName(Refusal r);
 
 struct ShardStats {
   std::atomic<int64_t> puts{0}, stale_puts{0}, bad_requests{0}, gets{0}, replies_with_params{0};
   std::atomic<int64_t> newest_version{-1};
+  // Every refused request by reason (stale puts included; bad_requests is the rest).
+  std::atomic<int64_t> refused[size_t(Refusal::kCount)] = {};
 };
 
 class Shard {
@@ -45,7 +60,8 @@ class Shard {
 
  private:
   struct Snapshot;
-  void HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data);
+  void HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, const std::string& peer);
+  void Refuse(Refusal why, const std::string& detail);
   void HandleGet(const zmq::message_t& identity, const wire::GetParams& get);
   std::shared_ptr<const Snapshot> Pick(const wire::GetParams& get) const;
   void AnswerWaiting();
@@ -64,7 +80,7 @@ class Shard {
   int64_t total_size_ = -1;
   uint64_t layout_fingerprint_ = 0;
   ShardStats stats_;
-  int logged_bad_ = 0;
+  wire::LogLimiter log_limiter_;
 };
 
 }  // namespace stampede::ps

@@ -18,13 +18,16 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <zmq.hpp>
 
 #include "tools/signals.h"
 #include "wire/config.h"
+#include "wire/auth.h"
 #include "wire/durable_file.h"
+#include "wire/log_limit.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::tools {
@@ -123,9 +126,32 @@ struct SupervisorState {
   std::map<pid_t, std::pair<int64_t, double>> actor_stats;
   RunResult* result = nullptr;
   std::shared_ptr<std::atomic<bool>> done;
+  // CURVE: a status counts only if ZAP's identity for its connection is the sender it
+  // claims; the ZAP handler of the status socket (its refusals are reported).
+  bool curve = false;
+  const wire::ZapHandler* zap = nullptr;
+  int64_t forged_statuses = 0, implausible_statuses = 0;
+  wire::LogLimiter status_log;
+  // Refused requests and connections per process ("ps 0" -> reason -> count).
+  std::map<std::string, std::map<std::string, int64_t>> refused;
+  std::map<int, int64_t> ps_versions;  // newest version per PS shard
+  // Watchdog: when the learner's step count last moved.
+  int64_t watched_steps = -1;
+  Clock::time_point steps_moved;
+  // Plausibility of the learner's frame count: the actors' own counts (per process)
+  // bound it; peak actor frames/s covers the ~1 s their reports lag.
+  int64_t prev_actor_total = 0;
+  Clock::time_point prev_actor_time;
+  double peak_actor_rate = 0;
+  std::optional<wire::Status> pending_learner;  // a learner status the actors cannot vouch for yet
+  Clock::time_point pending_since;
+  std::string stop_reason;
+  std::string checkpoint_error;  // a failed checkpoint write reported by the learner
 };
 
 using Supervisor = caf::stateful_actor<SupervisorState>;
+// How long a learner status may wait for the actors' counts to vouch for it.
+constexpr auto kPendingStatusLimit = std::chrono::seconds(3);
 
 void WriteProcesses(SupervisorState& st) {
   std::ostringstream os;
@@ -143,6 +169,15 @@ void Event(SupervisorState& st, const std::string& name, nlohmann::json extra) {
   extra["learner_step"] = st.learner.learner_steps();
   st.metrics << extra.dump() << "\n";
   st.metrics.flush();
+}
+
+nlohmann::json RefusedJson(const SupervisorState& st) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [who, reasons] : st.refused) {
+    for (const auto& [reason, n] : reasons) j[who][reason] = n;
+  }
+  if (st.zap && st.zap->rejected() > 0) j["coordinator"]["unauthorised_connection"] = st.zap->rejected();
+  return j;
 }
 
 pid_t Spawn(SupervisorState& st, wire::Role role, int index) {
@@ -183,6 +218,7 @@ void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
   auto& st = self->state;
   if (st.stopping) return;
   st.stopping = true;
+  st.stop_reason = reason;
   st.result->exit_code = exit_code;
   if (!st.opt.quiet || exit_code != 0) std::fprintf(stderr, "stampede: stopping: %s\n", reason.c_str());
   Event(st, "stop", {{"reason", reason}, {"exit_code", exit_code}});
@@ -193,8 +229,12 @@ void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
   }
 }
 
+void CheckPendingLearnerStatus(Supervisor* self);
+void ApplyLearnerStatus(Supervisor* self, const wire::Status& s);
+
 void Finish(Supervisor* self) {
   auto& st = self->state;
+  CheckPendingLearnerStatus(self);  // the learner's last status, if the actors vouch for it
   Progress(st, Clock::now());  // the final row
   RunResult& r = *st.result;
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - st.start).count();
@@ -204,7 +244,13 @@ void Finish(Supervisor* self) {
   r.actor_restarts = st.actor_restarts;
   // Frames this run produced (a restored learner starts from its checkpoint's count).
   const double fps = r.wall_seconds > 0 ? double(r.env_frames - st.start_frames) / r.wall_seconds : 0;
+  if (!st.checkpoint_error.empty()) {
+    // A run whose checkpoint could not be written did not end well, whatever stopped it.
+    std::fprintf(stderr, "stampede: a checkpoint write failed: %s\n", st.checkpoint_error.c_str());
+    if (r.exit_code == 0) r.exit_code = 1;
+  }
   nlohmann::json summary = {{"exit_code", r.exit_code},
+                            {"stop_reason", st.stop_reason},
                             {"wall_seconds", r.wall_seconds},
                             {"env_frames", r.env_frames},
                             {"learner_steps", r.learner_steps},
@@ -215,6 +261,10 @@ void Finish(Supervisor* self) {
                             {"seconds_to_target", r.seconds_to_target},
                             {"target_return", st.cfg.stop().target_return()},
                             {"actor_restarts", r.actor_restarts}};
+  if (!st.checkpoint_error.empty()) summary["checkpoint_error"] = st.checkpoint_error;
+  if (st.forged_statuses > 0) summary["forged_statuses"] = st.forged_statuses;
+  if (st.implausible_statuses > 0) summary["implausible_statuses"] = st.implausible_statuses;
+  if (!st.refused.empty() || (st.zap && st.zap->rejected() > 0)) summary["refused"] = RefusedJson(st);
   WriteRunFile(st.cfg.run_dir() + "/summary.json", summary.dump(2) + "\n");
   if (!st.opt.quiet) {
     std::printf("stampede: done in %.1f s: %s frames (%s/s), %lld learner steps, mean return(100) %.2f",
@@ -232,10 +282,64 @@ void Finish(Supervisor* self) {
   self->quit();
 }
 
-void OnStatus(Supervisor* self, const std::string& bytes) {
+int64_t ActorFrames(const SupervisorState& st) {
+  int64_t total = 0;
+  for (const auto& [pid, fw] : st.actor_stats) total += fw.first;
+  return total;
+}
+
+// Empty if the learner's counters are believable, else why not: frames never go back
+// within one learner process, and never run ahead of what the actors say they made
+// (with room for the ~1 s their reports lag and for messages in flight).
+std::string Implausible(const SupervisorState& st, const wire::Status& s) {
+  if (st.have_learner_status && s.sender().incarnation() == st.learner.sender().incarnation() &&
+      (s.env_frames() < st.learner.env_frames() || s.learner_steps() < st.learner.learner_steps())) {
+    return "frames or steps went backwards (" + std::to_string(st.learner.env_frames()) + " -> " +
+           std::to_string(s.env_frames()) + " frames)";
+  }
+  if (s.env_frames() < 0 || s.learner_steps() < 0 || s.start_env_frames() < 0 ||
+      s.start_env_frames() > s.env_frames()) {
+    return "negative counts or a start above the current count";
+  }
+  const auto& a = st.cfg.actors();
+  const double per_message = double(a.unroll_length()) * a.envs_per_actor() *
+                             std::max(1, st.cfg.env().resolved_spec().frames_per_step());
+  const double in_flight = per_message * a.num_actors() * (st.cfg.learner().queue_capacity() + 8.0);
+  const double bound = 2.0 * double(ActorFrames(st)) + 3.0 * st.peak_actor_rate + in_flight;
+  const double claimed = double(s.env_frames() - s.start_env_frames());
+  if (claimed > bound) {
+    return std::to_string(int64_t(claimed)) + " frames trained on, but the actors report " +
+           std::to_string(ActorFrames(st)) + " made";
+  }
+  return {};
+}
+
+void OnStatus(Supervisor* self, const std::string& bytes, const std::string& peer) {
   auto& st = self->state;
   wire::Status s;
   if (!s.ParseFromString(bytes) || !wire::CheckProtocol(s.sender()).empty()) return;
+  const std::string claimed = wire::Identity(wire::RoleName(s.sender().role()), s.sender().task_index());
+  if (st.curve && peer != claimed) {
+    ++st.forged_statuses;
+    int64_t unlogged = 0;
+    if (st.status_log.Allow("forged", &unlogged)) {
+      std::fprintf(stderr, "stampede: ignored a status claiming to be %s from %s's connection%s\n", claimed.c_str(),
+                   peer.c_str(), wire::LogLimiter::More(unlogged).c_str());
+    }
+    return;
+  }
+  const std::string who = std::string(wire::RoleName(s.sender().role())) + " " + std::to_string(s.sender().task_index());
+  if (!s.refused_by_reason().empty()) {
+    auto& r = st.refused[who];
+    for (const auto& [reason, n] : s.refused_by_reason()) r[reason] = n;
+  }
+  if (s.sender().role() == wire::ROLE_PS) st.ps_versions[s.sender().task_index()] = s.policy_version();
+  if (s.sender().role() == wire::ROLE_LEARNER && !s.checkpoint_error().empty() &&
+      s.checkpoint_error() != st.checkpoint_error) {
+    st.checkpoint_error = s.checkpoint_error();
+    std::fprintf(stderr, "stampede: learner checkpoint failed: %s\n", st.checkpoint_error.c_str());
+    Event(st, "checkpoint_failed", {{"error", st.checkpoint_error}, {"failures", s.checkpoint_failures()}});
+  }
   auto it = st.children.find(pid_t(s.pid()));
   if (it != st.children.end()) {
     it->second.last_heard = Clock::now();
@@ -243,8 +347,52 @@ void OnStatus(Supervisor* self, const std::string& bytes) {
   }
   if (s.sender().role() == wire::ROLE_ACTOR) {
     st.actor_stats[pid_t(s.pid())] = {s.actor_frames(), s.actor_send_wait_s()};
+    const auto now = Clock::now();
+    const double dt = std::chrono::duration<double>(now - st.prev_actor_time).count();
+    if (dt >= 0.5) {
+      const int64_t total = ActorFrames(st);
+      st.peak_actor_rate = std::max(st.peak_actor_rate, double(total - st.prev_actor_total) / dt);
+      st.prev_actor_total = total;
+      st.prev_actor_time = now;
+    }
   }
-  if (s.sender().role() != wire::ROLE_LEARNER) return;
+  if (s.sender().role() != wire::ROLE_LEARNER) {
+    CheckPendingLearnerStatus(self);  // the actors' newer counts may vouch for it now
+    return;
+  }
+  if (!Implausible(st, s).empty()) {
+    // Held, not applied: the actors report their counts only every second, so a true
+    // count can run ahead of them for a moment. It is dropped if they never catch up.
+    if (!st.pending_learner) st.pending_since = Clock::now();
+    st.pending_learner = s;
+    return;
+  }
+  st.pending_learner.reset();
+  ApplyLearnerStatus(self, s);
+}
+
+void CheckPendingLearnerStatus(Supervisor* self) {
+  auto& st = self->state;
+  if (!st.pending_learner) return;
+  const std::string why = Implausible(st, *st.pending_learner);
+  if (why.empty()) {
+    const wire::Status s = *st.pending_learner;
+    st.pending_learner.reset();
+    ApplyLearnerStatus(self, s);
+  } else if (Clock::now() - st.pending_since > kPendingStatusLimit) {
+    ++st.implausible_statuses;
+    int64_t unlogged = 0;
+    if (st.status_log.Allow("implausible", &unlogged)) {
+      std::fprintf(stderr, "stampede: ignored the learner's counters: %s%s\n", why.c_str(),
+                   wire::LogLimiter::More(unlogged).c_str());
+    }
+    Event(st, "implausible_status", {{"why", why}});
+    st.pending_learner.reset();
+  }
+}
+
+void ApplyLearnerStatus(Supervisor* self, const wire::Status& s) {
+  auto& st = self->state;
   if (!st.have_learner_status) {
     st.start_frames = s.start_env_frames();
     st.last_frames = s.start_env_frames();
@@ -290,6 +438,11 @@ void OnExit(Supervisor* self, int pid, int wstatus) {
     if (!(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) && !st.killed) {
       std::fprintf(stderr, "stampede: %s %s while stopping (log: %s)\n", who.c_str(), how.c_str(),
                    c.log_path.c_str());
+      // A learner or PS that fails on the way out (its final checkpoint) fails the run.
+      if (c.role != wire::ROLE_ACTOR && st.result->exit_code == 0) {
+        st.result->exit_code = 1;
+        st.stop_reason += "; then " + who + " " + how + " while stopping";
+      }
     }
     if (st.children.empty()) Finish(self);
     return;
@@ -373,6 +526,9 @@ void Progress(SupervisorState& st, Clock::time_point now) {
                         {"actor_frames", actor_frames},
                         {"actor_send_wait_s", actor_wait},
                         {"actor_restarts", st.actor_restarts}};
+  if (!st.refused.empty() || (st.zap && st.zap->rejected() > 0)) row["refused"] = RefusedJson(st);
+  if (st.forged_statuses > 0) row["forged_statuses"] = st.forged_statuses;
+  if (st.implausible_statuses > 0) row["implausible_statuses"] = st.implausible_statuses;
   if (!s.dropped_by_reason().empty()) {
     nlohmann::json by_reason = nlohmann::json::object();
     for (const auto& [reason, n] : s.dropped_by_reason()) by_reason[reason] = n;
@@ -385,6 +541,68 @@ void Progress(SupervisorState& st, Clock::time_point now) {
   st.lag_mean_acc = 0;
   st.lag_mean_n = 0;
   st.lag_max_acc = 0;
+}
+
+// The watchdog: true when the learner's step count has not moved for
+// coordinator.stall_timeout_s while actors are alive.
+bool Stalled(SupervisorState& st, Clock::time_point now) {
+  const double limit = st.cfg.coordinator().stall_timeout_s();
+  if (limit <= 0) return false;
+  bool actors_alive = false;
+  for (const auto& [pid, c] : st.children) actors_alive = actors_alive || c.role == wire::ROLE_ACTOR;
+  const int64_t steps = st.have_learner_status ? st.learner.learner_steps() : -1;
+  if (steps != st.watched_steps || !actors_alive) {
+    st.watched_steps = steps;
+    st.steps_moved = now;
+    return false;
+  }
+  return now - st.steps_moved > std::chrono::duration<double>(limit);
+}
+
+// What the counters say about a stalled run, one finding per line.
+std::string Diagnose(const SupervisorState& st) {
+  std::ostringstream os;
+  const auto& s = st.learner;
+  if (!st.have_learner_status) {
+    os << "  the learner has sent no status (is it stuck before its first step?)\n";
+  } else {
+    const int cap = st.cfg.learner().queue_capacity();
+    os << "  learner: step " << s.learner_steps() << ", policy version " << s.policy_version() << ", queue "
+       << s.queue_depth() << "/" << cap
+       << (s.queue_depth() == 0 ? " (empty: no usable trajectories arrive)"
+                                : s.queue_depth() >= cap ? " (full: the trainer is not taking batches)" : "")
+       << ", doing: ";
+    for (const auto& [pid, c] : st.children) {
+      if (c.role == wire::ROLE_LEARNER) os << c.activity;
+    }
+    os << "\n";
+    os << "  dropped trajectories: " << s.dropped_trajectories();
+    for (const auto& [reason, n] : s.dropped_by_reason()) os << ", " << reason << " " << n;
+    os << (s.dropped_trajectories() > 0 ? " (the actors' trajectories are refused)" : "") << "\n";
+    if (s.skipped_steps() > 0) os << "  skipped (non-finite) steps: " << s.skipped_steps() << "\n";
+  }
+  os << "  PS versions:";
+  for (const auto& [shard, v] : st.ps_versions) os << " shard " << shard << " " << v;
+  os << (st.ps_versions.empty() ? " none reported" : "") << "\n";
+  int64_t frames = 0;
+  double wait = 0;
+  for (const auto& [pid, fw] : st.actor_stats) {
+    frames += fw.first;
+    wait += fw.second;
+  }
+  os << "  actors: " << frames << " frames made, " << wait << " s waiting to send in all";
+  std::map<std::string, int> doing;
+  for (const auto& [pid, c] : st.children) {
+    if (c.role == wire::ROLE_ACTOR) ++doing[c.activity];
+  }
+  for (const auto& [activity, n] : doing) os << "; " << n << " " << activity;
+  os << "\n";
+  for (const auto& [who, reasons] : st.refused) {
+    os << "  " << who << " refused:";
+    for (const auto& [reason, n] : reasons) os << " " << reason << " " << n;
+    os << "\n";
+  }
+  return os.str();
 }
 
 void OnTick(Supervisor* self) {
@@ -423,6 +641,15 @@ void OnTick(Supervisor* self) {
   if (now - st.last_tick >= std::chrono::duration<double>(st.cfg.coordinator().progress_interval_s())) {
     Progress(st, now);
   }
+  CheckPendingLearnerStatus(self);
+  if (Stalled(st, now)) {
+    const std::string diagnosis = Diagnose(st);
+    std::fprintf(stderr, "stampede: no learner step for %.0f s (coordinator.stall_timeout_s); diagnosis:\n%s",
+                 st.cfg.coordinator().stall_timeout_s(), diagnosis.c_str());
+    Event(st, "stall", {{"diagnosis", diagnosis}});
+    BeginStop(self, "stalled: no learner step for " + std::to_string(int(st.cfg.coordinator().stall_timeout_s())) +
+                        " s\n" + diagnosis, 1);
+  }
   self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
 }
 
@@ -430,13 +657,15 @@ caf::behavior SupervisorBehavior(Supervisor* self) {
   auto& st = self->state;
   st.start = Clock::now();
   st.last_tick = st.start;
+  st.steps_moved = st.start;
+  st.prev_actor_time = st.start;
   for (int s = 0; s < st.cfg.ps().num_shards(); ++s) Spawn(st, wire::ROLE_PS, s);
   Spawn(st, wire::ROLE_LEARNER, 0);
   for (int a = 0; a < st.cfg.actors().num_actors(); ++a) Spawn(st, wire::ROLE_ACTOR, a);
   Event(st, "start", {{"config", st.config_path}});
   self->send(self, tick_atom::value);
   return {
-      [=](status_atom, const std::string& bytes) { OnStatus(self, bytes); },
+      [=](status_atom, const std::string& bytes, const std::string& peer) { OnStatus(self, bytes, peer); },
       [=](exited_atom, int pid, int wstatus) { OnExit(self, pid, wstatus); },
       [=](tick_atom) { OnTick(self); },
       [=](stop_atom, const std::string& reason, int code) { BeginStop(self, reason, code); },
@@ -445,12 +674,15 @@ caf::behavior SupervisorBehavior(Supervisor* self) {
 
 // One thread of its own: owns the coordinator's PULL socket, reaps exited children
 // and turns Ctrl-C into a stop request.
-void Watcher(caf::blocking_actor* self, caf::actor supervisor, std::string endpoint,
-             int64_t max_bytes, std::shared_ptr<std::atomic<bool>> done,
+// `ctx` (and its ZAP handler, with CURVE) outlive this thread.
+void Watcher(caf::blocking_actor* self, caf::actor supervisor, zmq::context_t* ctx, const wire::Curve* curve,
+             std::string endpoint, int64_t max_bytes, std::shared_ptr<std::atomic<bool>> done,
              std::shared_ptr<std::atomic<int>> bound) {
-  zmq::context_t ctx(1);
-  zmq::socket_t pull(ctx, zmq::socket_type::pull);
+  zmq::socket_t pull(*ctx, zmq::socket_type::pull);
+  // Statuses are small: a bounded size and queue keep a flood from growing memory.
   wire::ConfigureReceiver(pull, max_bytes);
+  pull.set(zmq::sockopt::rcvhwm, 256);
+  if (curve != nullptr) curve->MakeServer(pull, wire::kDomainStatus);
   try {
     pull.bind(endpoint);
   } catch (const zmq::error_t& e) {
@@ -469,8 +701,13 @@ void Watcher(caf::blocking_actor* self, caf::actor supervisor, std::string endpo
     } catch (const zmq::error_t&) {
       // EINTR from Ctrl-C
     }
-    while (pull.recv(msg, zmq::recv_flags::dontwait)) {
-      self->send(supervisor, status_atom::value, msg.to_string());
+    // At most a bounded batch per turn, so the supervisor's mailbox stays small.
+    for (int n = 0; n < 256 && pull.recv(msg, zmq::recv_flags::dontwait); ++n) {
+      if (msg.more()) {  // statuses are one part; drain and ignore anything else
+        while (msg.more() && pull.recv(msg, zmq::recv_flags::dontwait)) {}
+        continue;
+      }
+      self->send(supervisor, status_atom::value, msg.to_string(), wire::PeerIdentity(msg));
     }
     int wstatus = 0;
     pid_t pid;
@@ -553,9 +790,40 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     }
   }
   result.run_dir = cfg.run_dir();
-  const std::string config_path = cfg.run_dir() + "/config.textproto";
-  WriteRunFile(config_path, ConfigToText(cfg));
+  std::shared_ptr<const wire::Curve> curve;
   {
+    // CURVE keys: made here for this run (RUN_DIR/keys), or taken from cluster.keys_dir
+    // (made by `stampede keys`), where every process reads them.
+    std::string error;
+    if (!cfg.cluster().curve()) {
+      std::fprintf(stderr, "stampede: WARNING: cluster.curve is false: the run's sockets accept anyone who can "
+                           "reach them (forged trajectories, parameters and statuses)\n");
+    } else if (cfg.cluster().keys_dir().empty() &&
+               !wire::GenerateKeys(wire::KeysDir(cfg), wire::RunIdentities(cfg), &error)) {
+      std::fprintf(stderr, "stampede: %s\n", error.c_str());
+      result.exit_code = 2;
+      return result;
+    }
+    if (cfg.cluster().curve() && !(curve = wire::RunCurve(cfg, "coordinator", &error))) {
+      std::fprintf(stderr, "stampede: %s\n", error.c_str());
+      result.exit_code = 2;
+      return result;
+    }
+  }
+  const std::string config_path = cfg.run_dir() + "/config.textproto";
+  {
+    // Every process reads this file: without it nothing may start.
+    std::string error;
+    if (!wire::WriteFileAtomically(config_path, ConfigToText(cfg), &error)) {
+      std::fprintf(stderr, "stampede: cannot write the run's config: %s\n", error.c_str());
+      result.exit_code = 2;
+      return result;
+    }
+  }
+  {
+    zmq::context_t ctx(1);
+    std::unique_ptr<wire::ZapHandler> zap;
+    if (curve) zap = std::make_unique<wire::ZapHandler>(ctx, *curve, wire::RunAllowList(), "stampede");
     caf::actor_system_config sys_cfg;
     caf::actor_system sys{sys_cfg};
     auto done = std::make_shared<std::atomic<bool>>(false);
@@ -569,6 +837,8 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       st.metrics.open(cfg.run_dir() + "/metrics.jsonl", std::ios::app);
       st.result = &result;
       st.done = done;
+      st.curve = curve != nullptr;
+      st.zap = zap.get();
       while (bound->load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       if (bound->load() < 0) {
         result.exit_code = 2;
@@ -578,8 +848,9 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       }
       return SupervisorBehavior(self);
     });
-    sys.spawn<caf::detached>(Watcher, sup, cfg.cluster().coordinator(),
-                             cfg.cluster().max_message_bytes(), done, bound);
+    sys.spawn<caf::detached>(Watcher, sup, &ctx, curve.get(), cfg.cluster().coordinator(),
+                             std::min(cfg.cluster().max_message_bytes(), cfg.coordinator().max_status_bytes()),
+                             done, bound);
     sys.await_all_actors_done();
   }
   return result;

@@ -1,7 +1,8 @@
 // The one Stampede binary: `stampede run CONFIG` (the coordinator), the single roles
 // (`actor`, `learner`, `ps`) for launching by hand or by a cluster manager, `spec` (the
-// env's resolved spec) and `bench`.
+// env's resolved spec), `keys` (CURVE keys for roles started by hand) and `bench`.
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 
@@ -11,6 +12,7 @@
 #include "tools/roles.h"
 #include "tools/signals.h"
 #include "tools/spec.h"
+#include "wire/auth.h"
 #include "wire/config.h"
 
 namespace {
@@ -50,6 +52,9 @@ int main(int argc, char** argv) {
   // First thing: a SIGTERM or Ctrl-C that arrives during start-up still means "stop
   // cleanly", never the default abrupt death.
   stampede::tools::InstallStopHandlers();
+  // A write past a file-size limit (ulimit -f, a quota) fails with EFBIG and is
+  // reported like a full disk, instead of killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"Stampede: IMPALA-style distributed reinforcement learning"};
   app.require_subcommand(1);
   std::string config_path;
@@ -63,6 +68,13 @@ int main(int argc, char** argv) {
 
   auto* spec = app.add_subcommand("spec", "Print the env's resolved spec (what `run` writes into the config)");
   spec->add_option("config", config_path, "Config file (protobuf text format)")->required();
+
+  auto* keys = app.add_subcommand(
+      "keys", "Make the CURVE keys of every process the config implies, for roles started by hand "
+              "(set cluster.keys_dir to the directory on every host)");
+  keys->add_option("config", config_path, "Config file (protobuf text format)")->required();
+  std::string keys_dir;
+  keys->add_option("dir", keys_dir, "Directory to write the keys into (made mode 0700)")->required();
 
   std::vector<CLI::App*> roles;
   for (const char* role : {"actor", "learner", "ps"}) {
@@ -83,7 +95,7 @@ int main(int argc, char** argv) {
   bench->add_option("--fleet-frames", bench_opt.fleet_frames,
                     "Frame budget of the end-to-end fleet run (0 skips it)")
       ->default_val(1000000);
-  for (auto* sub : {run, spec, roles[0], roles[1], roles[2], bench}) {
+  for (auto* sub : {run, spec, keys, roles[0], roles[1], roles[2], bench}) {
     // One value per --set, so `--set a=1 CONFIG` leaves CONFIG to the positional.
     sub->add_option("--set", sets, "Override a config field: path=value (repeatable)")
         ->allow_extra_args(false);
@@ -102,6 +114,20 @@ int main(int argc, char** argv) {
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
     return stampede::tools::RunSpecCommand(loaded.config);
+  }
+  if (keys->parsed()) {
+    stampede::LoadedConfig loaded;
+    if (!Load(config_path, sets, &loaded)) return 2;
+    std::string error;
+    const auto ids = stampede::wire::RunIdentities(loaded.config);
+    if (!stampede::wire::GenerateKeys(keys_dir, ids, &error)) {
+      std::fprintf(stderr, "stampede keys: %s\n", error.c_str());
+      return 2;
+    }
+    std::printf("stampede keys: %zu keypairs in %s (", ids.size(), keys_dir.c_str());
+    for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%s", i ? ", " : "", ids[i].c_str());
+    std::printf(")\nEach host needs the .pub files and the .key files of the processes it runs.\n");
+    return 0;
   }
   if (bench->parsed()) {
     bench_opt.sets = sets;

@@ -330,6 +330,8 @@ constexpr Range kRanges[] = {
     {"coordinator.heartbeat_timeout_s", 0, 1e6, true, false},
     {"coordinator.max_actor_restarts", 0, 1e9, false, true},
     {"coordinator.shutdown_grace_s", 0, 3600, true, false},
+    {"coordinator.stall_timeout_s", 0, 1e6, false, false},
+    {"coordinator.max_status_bytes", 4096, 1 << 30, false, true},
     {"wire.max_abs_observation", 0, 3e38, true, false},
     {"wire.max_abs_reward", 0, 3e38, true, false},
 };

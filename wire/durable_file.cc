@@ -16,24 +16,26 @@ bool WriteFileAtomically(const std::string& path, const std::string& bytes, std:
     *error = tmp + ": cannot create: " + std::strerror(errno);
     return false;
   }
+  // Any failure removes the temporary file: the previous `path` stays as it was and
+  // nothing half-written is left behind.
+  auto fail = [&](const std::string& what, int err) {
+    *error = path + ": " + what + ": " + std::strerror(err);
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    return false;
+  };
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t w = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (w <= 0) {
-      *error = tmp + ": write failed: " + std::strerror(errno);
-      ::close(fd);
-      return false;
-    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return fail("write failed", w < 0 ? errno : ENOSPC);
     written += size_t(w);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    *error = tmp + ": fsync/close failed: " + std::strerror(errno);
-    return false;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": rename failed: " + std::strerror(errno);
-    return false;
-  }
+  if (::fsync(fd) != 0) return fail("fsync failed", errno);
+  const int closed = ::close(fd);
+  fd = -1;
+  if (closed != 0) return fail("close failed", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename failed", errno);
   return true;
 }
 

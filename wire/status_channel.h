@@ -12,9 +12,13 @@
 
 namespace stampede::wire {
 
+class Curve;
+
 class StatusChannel {
  public:
-  StatusChannel(zmq::context_t& ctx, const std::string& coordinator_endpoint, const Sender& sender);
+  // `curve`: the run's keys (CURVE on), or null.
+  StatusChannel(zmq::context_t& ctx, const std::string& coordinator_endpoint, const Sender& sender,
+                const Curve* curve = nullptr);
   Status& status() { return status_; }
   // Sends status() with `activity` (what the process is doing now); never blocks.
   void Send(const char* activity);

@@ -1,0 +1,281 @@
+#include "wire/auth.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "wire/config.pb.h"
+#include "wire/log_limit.h"
+
+namespace stampede::wire {
+
+namespace fs = std::filesystem;
+
+std::string Identity(const char* role, int index) { return std::string(role) + "-" + std::to_string(index); }
+
+std::string IdentityRole(const std::string& identity) {
+  if (identity == "coordinator") return identity;
+  const size_t dash = identity.rfind('-');
+  if (dash == std::string::npos || dash == 0 || dash + 1 == identity.size()) return {};
+  return identity.substr(0, dash);
+}
+
+namespace {
+
+constexpr size_t kZ85KeyChars = 40;
+
+bool WritePrivateFile(const std::string& path, const std::string& text, std::string* error) {
+  // Created 0600 from the start (never readable by others, even briefly).
+  ::unlink(path.c_str());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    *error = path + ": cannot create: " + std::strerror(errno);
+    return false;
+  }
+  const ssize_t w = ::write(fd, text.data(), text.size());
+  const int write_errno = errno;
+  if (::close(fd) != 0 || w != ssize_t(text.size())) {
+    *error = path + ": write failed: " + std::strerror(w < 0 ? write_errno : ENOSPC);
+    ::unlink(path.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool ReadSmallFile(const std::string& path, std::string* text, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = path + ": cannot read: " + std::strerror(errno);
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *text = ss.str();
+  if (text->size() > 4096) {
+    *error = path + ": not a key file (over 4 KiB)";
+    return false;
+  }
+  return true;
+}
+
+bool ValidZ85Key(const std::string& key) {
+  if (key.size() != kZ85KeyChars) return false;
+  uint8_t bin[32];
+  return zmq_z85_decode(bin, key.c_str()) != nullptr;
+}
+
+std::string Trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+}  // namespace
+
+bool GenerateKeys(const std::string& dir, const std::vector<std::string>& identities, std::string* error) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    *error = dir + ": cannot create the keys directory: " + ec.message();
+    return false;
+  }
+  if (::chmod(dir.c_str(), 0700) != 0) {
+    *error = dir + ": cannot make the keys directory private: " + std::strerror(errno);
+    return false;
+  }
+  for (const std::string& id : identities) {
+    char pub[kZ85KeyChars + 1], sec[kZ85KeyChars + 1];
+    if (zmq_curve_keypair(pub, sec) != 0) {
+      *error = "cannot make a CURVE keypair (libzmq without CURVE?): " + std::string(zmq_strerror(zmq_errno()));
+      return false;
+    }
+    if (!WritePrivateFile(dir + "/" + id + ".key", std::string("public ") + pub + "\nsecret " + sec + "\n", error) ||
+        !WritePrivateFile(dir + "/" + id + ".pub", std::string(pub) + "\n", error)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::shared_ptr<const Curve> Curve::Load(const std::string& dir, const std::string& identity,
+                                         std::string* error) {
+  auto c = std::make_shared<Curve>();
+  c->identity_ = identity;
+  std::string text;
+  const std::string key_path = dir + "/" + identity + ".key";
+  if (!ReadSmallFile(key_path, &text, error)) return nullptr;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("public ", 0) == 0) c->public_key_ = Trim(line.substr(7));
+    if (line.rfind("secret ", 0) == 0) c->secret_key_ = Trim(line.substr(7));
+  }
+  if (!ValidZ85Key(c->public_key_) || !ValidZ85Key(c->secret_key_)) {
+    *error = key_path + ": not a key file (expected 'public <40 Z85 chars>' and 'secret <40 Z85 chars>' lines)";
+    return nullptr;
+  }
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path p = it->path();
+    if (p.extension() != ".pub") continue;
+    if (!ReadSmallFile(p.string(), &text, error)) return nullptr;
+    const std::string key = Trim(text);
+    if (!ValidZ85Key(key)) {
+      *error = p.string() + ": not a public key file (expected 40 Z85 characters)";
+      return nullptr;
+    }
+    c->peers_[p.stem().string()] = key;
+  }
+  if (ec) {
+    *error = dir + ": cannot list the keys directory: " + ec.message();
+    return nullptr;
+  }
+  return c;
+}
+
+void Curve::MakeServer(zmq::socket_t& socket, const char* domain) const {
+  socket.set(zmq::sockopt::curve_server, 1);
+  socket.set(zmq::sockopt::curve_secretkey, secret_key_);
+  socket.set(zmq::sockopt::zap_domain, domain);
+}
+
+void Curve::MakeClient(zmq::socket_t& socket, const std::string& server_identity) const {
+  auto it = peers_.find(server_identity);
+  if (it == peers_.end()) {
+    throw std::invalid_argument("no public key for " + server_identity + " in the keys directory");
+  }
+  socket.set(zmq::sockopt::curve_serverkey, it->second);
+  socket.set(zmq::sockopt::curve_publickey, public_key_);
+  socket.set(zmq::sockopt::curve_secretkey, secret_key_);
+}
+
+std::string PeerIdentity(const zmq::message_t& msg) {
+  const char* v = zmq_msg_gets(const_cast<zmq_msg_t*>(msg.handle()), "User-Id");
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+std::string KeysDir(const config::Config& cfg) {
+  if (!cfg.cluster().keys_dir().empty()) return cfg.cluster().keys_dir();
+  if (!cfg.run_dir().empty()) return cfg.run_dir() + "/keys";
+  return {};
+}
+
+std::vector<std::string> RunIdentities(const config::Config& cfg) {
+  std::vector<std::string> ids = {"coordinator", Identity("learner", 0)};
+  for (int s = 0; s < cfg.ps().num_shards(); ++s) ids.push_back(Identity("ps", s));
+  for (int a = 0; a < cfg.actors().num_actors(); ++a) ids.push_back(Identity("actor", a));
+  return ids;
+}
+
+std::shared_ptr<const Curve> RunCurve(const config::Config& cfg, const std::string& identity,
+                                      std::string* error) {
+  error->clear();
+  if (!cfg.cluster().curve()) return nullptr;
+  const std::string dir = KeysDir(cfg);
+  if (dir.empty()) {
+    *error = "cluster.curve is on but there are no keys: set cluster.keys_dir to a directory made by "
+             "`stampede keys CONFIG DIR` (or run_dir to a run that `stampede run` made), or set "
+             "cluster.curve: false";
+    return nullptr;
+  }
+  auto curve = Curve::Load(dir, identity, error);
+  if (!curve) return nullptr;
+  for (const std::string& id : RunIdentities(cfg)) {
+    if (!curve->peers().count(id)) {
+      *error = dir + ": no public key for " + id + " (" + id + ".pub); the keys were made for another config? "
+               "Make them again with `stampede keys`";
+      return nullptr;
+    }
+  }
+  return curve;
+}
+
+std::map<std::string, std::set<std::string>> RunAllowList() {
+  return {{kDomainTrajectories, {"actor"}},
+          {kDomainParams, {"actor", "learner"}},
+          {kDomainStatus, {"actor", "learner", "ps", "coordinator"}}};
+}
+
+ZapHandler::ZapHandler(zmq::context_t& ctx, const Curve& curve,
+                       std::map<std::string, std::set<std::string>> allowed, std::string log_prefix)
+    : socket_(ctx, zmq::socket_type::rep), allowed_(std::move(allowed)), log_prefix_(std::move(log_prefix)) {
+  for (const auto& [identity, z85] : curve.peers()) {
+    std::string bin(32, '\0');
+    zmq_z85_decode(reinterpret_cast<uint8_t*>(bin.data()), z85.c_str());
+    role_of_key_[bin] = identity;
+  }
+  socket_.set(zmq::sockopt::linger, 0);
+  socket_.bind("inproc://zeromq.zap.01");
+  thread_ = std::thread([this] { Serve(); });
+}
+
+ZapHandler::~ZapHandler() {
+  stop_.store(true);
+  thread_.join();
+}
+
+void ZapHandler::Serve() {
+  LogLimiter limiter;
+  zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
+  std::vector<zmq::message_t> req;
+  while (!stop_.load()) {
+    try {
+      zmq::poll(items, 1, std::chrono::milliseconds(100));
+    } catch (const zmq::error_t&) {
+      continue;  // EINTR
+    }
+    if (!(items[0].revents & ZMQ_POLLIN)) continue;
+    req.clear();
+    while (true) {
+      zmq::message_t part;
+      if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
+      const bool more = part.more();
+      req.push_back(std::move(part));
+      if (!more) break;
+    }
+    // RFC 27: version, request id, domain, address, routing id, mechanism, credentials.
+    if (req.size() < 6) continue;
+    const std::string request_id = req[1].to_string();
+    const std::string domain = req[2].to_string(), address = req[3].to_string();
+    const std::string mechanism = req[5].to_string();
+    std::string identity, why;
+    if (mechanism != "CURVE" || req.size() < 7 || req[6].size() != 32) {
+      why = "mechanism " + mechanism + " without a CURVE key";
+    } else {
+      auto it = role_of_key_.find(req[6].to_string());
+      auto allowed = allowed_.find(domain);
+      if (it == role_of_key_.end()) {
+        why = "a key that belongs to no process of this run";
+      } else if (allowed == allowed_.end() || !allowed->second.count(IdentityRole(it->second))) {
+        why = it->second + "'s key, which may not use the '" + domain + "' socket";
+      } else {
+        identity = it->second;
+      }
+    }
+    const bool ok = !identity.empty();
+    (ok ? accepted_ : rejected_).fetch_add(1);
+    if (!ok) {
+      int64_t unlogged = 0;
+      if (limiter.Allow(domain, &unlogged)) {
+        std::fprintf(stderr, "%s: refused a connection to the '%s' socket from %s: %s%s\n", log_prefix_.c_str(),
+                     domain.c_str(), address.c_str(), why.c_str(), LogLimiter::More(unlogged).c_str());
+      }
+    }
+    const std::string code = ok ? "200" : "400", text = ok ? "OK" : "not authorised";
+    const std::string parts[] = {"1.0", request_id, code, text, identity, ""};
+    for (size_t i = 0; i < 6; ++i) {
+      zmq::message_t m(parts[i].data(), parts[i].size());
+      (void)socket_.send(m, i + 1 < 6 ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+}
+
+}  // namespace stampede::wire

@@ -1,0 +1,105 @@
+// ZeroMQ CURVE on every socket of a run: keys per role instance, and a ZAP handler
+// that lets each server socket accept only the roles that may use it.
+//
+// Identities are "<role>-<index>" ("actor-3", "learner-0", "ps-1") and "coordinator".
+// A keys directory (mode 0700) holds, per identity, "<identity>.key" (public and
+// secret key, Z85) and "<identity>.pub" (the public key), both mode 0600. Servers learn
+// who may connect from the .pub files; ZAP gives each accepted connection the peer's
+// identity as its messages' "User-Id", so a server can also check per request (the PS
+// takes puts from learners only).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+namespace stampede::config {
+class Config;
+}
+
+namespace stampede::wire {
+
+// ZAP domains, one per kind of server socket.
+inline constexpr const char* kDomainTrajectories = "trajectories";  // learner PULL: actors
+inline constexpr const char* kDomainParams = "params";              // PS ROUTER: actors, learners
+inline constexpr const char* kDomainStatus = "status";              // coordinator PULL: all
+
+std::string Identity(const char* role, int index);
+// The role part of an identity ("actor-3" -> "actor"); empty if malformed.
+std::string IdentityRole(const std::string& identity);
+
+// Writes a fresh keypair for each identity into `dir` (created 0700; files 0600).
+// Existing files are replaced.
+[[nodiscard]] bool GenerateKeys(const std::string& dir, const std::vector<std::string>& identities,
+                                std::string* error);
+
+// One process's view of the run's keys: its own pair and everyone's public key.
+class Curve {
+ public:
+  // Reads `identity`'s pair and every .pub file from `dir`.
+  static std::shared_ptr<const Curve> Load(const std::string& dir, const std::string& identity,
+                                           std::string* error);
+  const std::string& identity() const { return identity_; }
+  // Public keys (Z85) by identity.
+  const std::map<std::string, std::string>& peers() const { return peers_; }
+  // A server socket in `domain` (call before bind).
+  void MakeServer(zmq::socket_t& socket, const char* domain) const;
+  // A client of the server `server_identity` (call before connect). Throws
+  // std::invalid_argument if that identity has no public key (RunCurve checks that
+  // every identity of the run has one, so a run never gets here without them).
+  void MakeClient(zmq::socket_t& socket, const std::string& server_identity) const;
+
+ private:
+  std::string identity_, public_key_, secret_key_;
+  std::map<std::string, std::string> peers_;
+};
+
+// The peer identity ZAP gave the connection `msg` came on; empty without CURVE.
+std::string PeerIdentity(const zmq::message_t& msg);
+
+// The ZAP handler of one context: a thread answering the authentication requests of
+// every CURVE server socket in that context. A client key is accepted in a domain if
+// it belongs to an identity whose role the domain allows; every refusal is counted and
+// logged (the first, then one line per 10 s with how many were not logged).
+class ZapHandler {
+ public:
+  // `allowed`: domain -> roles that may connect. Binds inproc://zeromq.zap.01 in `ctx`
+  // (one handler per context) before returning.
+  ZapHandler(zmq::context_t& ctx, const Curve& curve, std::map<std::string, std::set<std::string>> allowed,
+             std::string log_prefix);
+  ~ZapHandler();
+  int64_t accepted() const { return accepted_.load(); }
+  int64_t rejected() const { return rejected_.load(); }
+
+ private:
+  void Serve();
+  zmq::socket_t socket_;
+  std::map<std::string, std::string> role_of_key_;   // 32-byte binary key -> identity
+  std::map<std::string, std::set<std::string>> allowed_;
+  std::string log_prefix_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> accepted_{0}, rejected_{0};
+  std::thread thread_;
+};
+
+// Where a run's keys are: cluster.keys_dir, else RUN_DIR/keys; empty if neither is set.
+std::string KeysDir(const config::Config& cfg);
+// Every identity the config implies: the coordinator, the PS shards, the learner, the
+// actors.
+std::vector<std::string> RunIdentities(const config::Config& cfg);
+// `identity`'s view of the run's keys when cluster.curve is on; nullptr (and no error)
+// when it is off; nullptr with `error` if the keys cannot be read.
+std::shared_ptr<const Curve> RunCurve(const config::Config& cfg, const std::string& identity,
+                                      std::string* error);
+
+// The standard allow-lists of a run's three server sockets.
+std::map<std::string, std::set<std::string>> RunAllowList();
+
+}  // namespace stampede::wire
