@@ -20,9 +20,11 @@ struct InProcessShards {
   std::vector<std::thread> threads;
   std::vector<std::string> endpoints;
 
-  InProcessShards(zmq::context_t& ctx, int n, int versions_kept = 8) {
+  // `curve`: CURVE servers (the caller runs the context's ZAP handler), or null.
+  InProcessShards(zmq::context_t& ctx, int n, int versions_kept = 8, const wire::Curve* curve = nullptr) {
     for (int s = 0; s < n; ++s) {
       ps::ShardOptions so;
+      so.curve = curve;
       so.shard = s;
       so.num_shards = n;
       so.versions_kept = versions_kept;

@@ -131,6 +131,9 @@ TEST_CASE("ps: a shard refuses puts for another layout or slice and stale versio
   for (auto& s : fleet.shards) {
     CHECK(s->stats().newest_version.load() == 7);
     CHECK(s->stats().bad_requests.load() == 2);  // the other layout's put and the NaN put
+    CHECK(s->stats().refused[size_t(ps::Refusal::kWrongLayout)].load() == 1);
+    CHECK(s->stats().refused[size_t(ps::Refusal::kNonFinite)].load() == 1);
+    CHECK(s->stats().refused[size_t(ps::Refusal::kStalePut)].load() == 1);
     CHECK(s->stats().stale_puts.load() == 1);    // version 3 after 5
     CHECK(s->stats().puts.load() == 2);          // 5 and 7
   }

@@ -1,0 +1,168 @@
+// CURVE and ZAP: who may connect to which socket, and who may put parameters.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <thread>
+
+#include "ps/client.h"
+#include "ps/shard.h"
+#include "tests/in_process_shards.h"
+#include "wire/auth.h"
+#include "wire/zmq_util.h"
+
+using namespace stampede;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string TempDir(const std::string& name) {
+  const std::string dir = (fs::temp_directory_path() / ("stampede-auth-" + name + "-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  return dir;
+}
+
+template <class F>
+bool WaitFor(F done, double seconds = 5) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
+std::shared_ptr<const wire::Curve> Load(const std::string& dir, const std::string& id) {
+  std::string error;
+  auto c = wire::Curve::Load(dir, id, &error);
+  INFO(error);
+  REQUIRE(c);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("auth: keys are private files, and a damaged key file is named in the error", "[auth]") {
+  const std::string dir = TempDir("modes");
+  std::string error;
+  REQUIRE(wire::GenerateKeys(dir, {"coordinator", "actor-0"}, &error));
+  struct stat st {};
+  REQUIRE(::stat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  for (const char* f : {"actor-0.key", "actor-0.pub", "coordinator.key", "coordinator.pub"}) {
+    REQUIRE(::stat((dir + "/" + f).c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+  }
+  auto c = Load(dir, "actor-0");
+  CHECK(c->peers().size() == 2);
+  { std::ofstream(dir + "/actor-0.key") << "public short\nsecret short\n"; }
+  CHECK(wire::Curve::Load(dir, "actor-0", &error) == nullptr);
+  CHECK(error.find(dir + "/actor-0.key") != std::string::npos);
+  CHECK(wire::IdentityRole("actor-12") == "actor");
+  CHECK(wire::IdentityRole("coordinator") == "coordinator");
+  CHECK(wire::IdentityRole("-3").empty());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("auth: the PS takes puts from learners only and connections from the run's keys only", "[auth]") {
+  const std::string dir = TempDir("ps"), outside = TempDir("outsider");
+  std::string error;
+  REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}, &error));
+  // An outsider's key pair under a run identity's name: ZAP goes by key, not by name.
+  REQUIRE(wire::GenerateKeys(outside, {"learner-0"}, &error));
+  fs::copy_file(dir + "/ps-0.pub", outside + "/ps-0.pub");
+
+  zmq::context_t server_ctx(1), client_ctx(1);
+  auto ps_curve = Load(dir, "ps-0");
+  wire::ZapHandler zap(server_ctx, *ps_curve, wire::RunAllowList(), "ps 0");
+  testing::InProcessShards servers(server_ctx, 1, 8, ps_curve.get());
+  const ps::Shard& shard = *servers.shards[0];
+
+  const int64_t total = 300;
+  auto options = [&](std::shared_ptr<const wire::Curve> curve, wire::Role role) {
+    ps::ClientOptions o;
+    o.endpoints = servers.endpoints;
+    o.total_size = total;
+    o.layout_fingerprint = 7;
+    o.sender = wire::MakeSender(role, 0, 1);
+    o.curve = std::move(curve);
+    return o;
+  };
+  std::vector<float> good(total, 0.5f);
+  ps::ParamsPublisher learner(client_ctx, options(Load(dir, "learner-0"), wire::ROLE_LEARNER));
+  REQUIRE(learner.Put(good, 1));
+  REQUIRE(WaitFor([&] { return shard.stats().newest_version.load() == 1; }));
+
+  // The actor's key connects (gets work) but its put is refused and counted.
+  ps::ParamsFetcher fetcher(client_ctx, options(Load(dir, "actor-0"), wire::ROLE_ACTOR));
+  std::vector<float> got(total);
+  int64_t version = -1;
+  REQUIRE(fetcher.WaitFirst(got, &version, std::chrono::seconds(5), nullptr));
+  CHECK(version == 1);
+  CHECK(got == good);
+  ps::ParamsPublisher actor_put(client_ctx, options(Load(dir, "actor-0"), wire::ROLE_LEARNER));
+  REQUIRE(actor_put.Put(std::vector<float>(total, 2.f), 1000000000000));
+  REQUIRE(WaitFor([&] { return shard.stats().refused[size_t(ps::Refusal::kUnauthorisedPut)].load() == 1; }));
+
+  // An outsider's key is refused at the handshake by ZAP: its put never arrives.
+  const int64_t rejected_before = zap.rejected();
+  ps::ParamsPublisher outsider(client_ctx, options(Load(outside, "learner-0"), wire::ROLE_LEARNER));
+  (void)outsider.Put(std::vector<float>(total, 3.f), 1000000000000);
+  REQUIRE(WaitFor([&] { return zap.rejected() > rejected_before; }));
+  // A client without CURVE fails the handshake too.
+  ps::ParamsPublisher plain(client_ctx, options(nullptr, wire::ROLE_LEARNER));
+  (void)plain.Put(std::vector<float>(total, 4.f), 1000000000000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(shard.stats().newest_version.load() == 1);
+  CHECK(shard.stats().puts.load() == 1);
+
+  // The real learner's next version still goes through.
+  REQUIRE(learner.Put(good, 2));
+  REQUIRE(WaitFor([&] { return shard.stats().newest_version.load() == 2; }));
+  servers.Stop();
+  fs::remove_all(dir);
+  fs::remove_all(outside);
+}
+
+TEST_CASE("auth: the trajectory socket accepts actors only and names each message's sender", "[auth]") {
+  const std::string dir = TempDir("traj");
+  std::string error;
+  REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}, &error));
+  zmq::context_t server_ctx(1), client_ctx(1);
+  auto learner_curve = Load(dir, "learner-0");
+  wire::ZapHandler zap(server_ctx, *learner_curve, wire::RunAllowList(), "learner");
+  zmq::socket_t pull(server_ctx, zmq::socket_type::pull);
+  wire::ConfigureReceiver(pull, 1 << 20);
+  learner_curve->MakeServer(pull, wire::kDomainTrajectories);
+  pull.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = pull.get(zmq::sockopt::last_endpoint);
+
+  auto push_from = [&](const std::string& identity, const std::string& text) {
+    zmq::socket_t push(client_ctx, zmq::socket_type::push);
+    wire::ConfigureSender(push, 10, 0);
+    push.set(zmq::sockopt::linger, 500);
+    Load(dir, identity)->MakeClient(push, "learner-0");
+    push.connect(endpoint);
+    zmq::message_t m(text.data(), text.size());
+    (void)push.send(m, zmq::send_flags::dontwait);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
+  push_from("ps-0", "from a ps");             // a run key, but not an actor's
+  push_from("coordinator", "from the coordinator");
+  push_from("actor-0", "from an actor");
+  zmq::message_t msg;
+  pull.set(zmq::sockopt::rcvtimeo, 2000);
+  REQUIRE(pull.recv(msg));
+  CHECK(msg.to_string() == "from an actor");
+  CHECK(wire::PeerIdentity(msg) == "actor-0");
+  pull.set(zmq::sockopt::rcvtimeo, 200);
+  CHECK_FALSE(pull.recv(msg));  // nothing else got through
+  CHECK(zap.rejected() >= 2);
+  CHECK(zap.accepted() >= 1);
+  fs::remove_all(dir);
+}
