@@ -12,7 +12,9 @@ namespace {
 constexpr char kMagic[8] = {'S', 'T', 'M', 'P', 'C', 'K', 'P', 'T'};
 constexpr uint32_t kFormatVersion = 1;
 
-uint64_t Fnv1a(const char* data, size_t n) {
+}  // namespace
+
+uint64_t CheckpointChecksum(const char* data, size_t n) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; ++i) {
     h ^= uint8_t(data[i]);
@@ -20,6 +22,8 @@ uint64_t Fnv1a(const char* data, size_t n) {
   }
   return h;
 }
+
+namespace {
 
 template <class T>
 void Put(std::string* out, const T& v) {
@@ -42,9 +46,10 @@ struct Reader {
   }
   bool GetFloats(std::vector<float>* v) {
     int64_t n = 0;
-    if (!Get(&n) || n < 0 || pos + size_t(n) * sizeof(float) > buf.size()) return false;
+    // Compared by division: a forged count must not overflow the bound check.
+    if (!Get(&n) || n < 0 || uint64_t(n) > (buf.size() - pos) / sizeof(float)) return false;
     v->resize(n);
-    std::memcpy(v->data(), buf.data() + pos, size_t(n) * sizeof(float));
+    if (n > 0) std::memcpy(v->data(), buf.data() + pos, size_t(n) * sizeof(float));
     pos += size_t(n) * sizeof(float);
     return true;
   }
@@ -74,7 +79,7 @@ bool SaveCheckpoint(const std::string& path, const CheckpointData& d, std::strin
   PutFloats(&buf, d.params);
   PutFloats(&buf, d.rms_mean_square);
   PutFloats(&buf, d.rms_momentum);
-  Put(&buf, Fnv1a(buf.data(), buf.size()));
+  Put(&buf, CheckpointChecksum(buf.data(), buf.size()));
 
   return wire::WriteFileAtomically(path, buf, error);
 }
@@ -87,14 +92,17 @@ bool LoadCheckpoint(const std::string& path, CheckpointData* d, std::string* err
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string buf = ss.str();
+  return ParseCheckpoint(ss.str(), path, d, error);
+}
+
+bool ParseCheckpoint(const std::string& buf, const std::string& path, CheckpointData* d, std::string* error) {
   if (buf.size() < sizeof(kMagic) + 4 + 8 || std::memcmp(buf.data(), kMagic, sizeof(kMagic)) != 0) {
     *error = path + ": not a Stampede checkpoint (bad magic)";
     return false;
   }
   uint64_t stored = 0;
   std::memcpy(&stored, buf.data() + buf.size() - 8, 8);
-  if (stored != Fnv1a(buf.data(), buf.size() - 8)) {
+  if (stored != CheckpointChecksum(buf.data(), buf.size() - 8)) {
     *error = path + ": checksum mismatch (the file is truncated or corrupted)";
     return false;
   }
@@ -108,7 +116,7 @@ bool LoadCheckpoint(const std::string& path, CheckpointData* d, std::string* err
   }
   if (!r.Get(&d->layout_fingerprint) || !r.Get(&d->version) || !r.Get(&d->env_frames) ||
       !r.Get(&d->learner_steps) || !r.Get(&text_len) || text_len < 0 ||
-      r.pos + size_t(text_len) > buf.size()) {
+      uint64_t(text_len) > buf.size() - r.pos) {
     *error = path + ": truncated checkpoint header";
     return false;
   }

@@ -30,5 +30,10 @@ std::string LayoutText(const net::ParamLayout& layout);
 // checkpoint, is truncated, fails its checksum, or has another format version.
 [[nodiscard]] bool LoadCheckpoint(const std::string& path, CheckpointData* data,
                                   std::string* error);
+// Same, from the file's bytes (`path` names it in messages).
+[[nodiscard]] bool ParseCheckpoint(const std::string& bytes, const std::string& path, CheckpointData* data,
+                                   std::string* error);
+// The checksum that ends a checkpoint file (FNV-1a 64 over everything before it).
+uint64_t CheckpointChecksum(const char* data, size_t n);
 
 }  // namespace stampede::learner

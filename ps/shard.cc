@@ -68,26 +68,28 @@ void Shard::Run(const std::atomic<bool>& stop) {
   while (!stop.load()) {
     wire::Poll(items, 1, std::chrono::milliseconds(100));
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
-    while (wire::RecvMultipart(socket_, &parts, false)) {
-      wire::PsRequest req;
-      std::string problem;
-      if (parts.size() < 2 || parts.size() > 3 || !wire::ParseFrame(parts[1], &req)) {
-        problem = "unparsable request";
-      } else if (std::string e = wire::CheckProtocol(req.sender()); !e.empty()) {
-        problem = e;
-      }
-      if (!problem.empty()) {
-        Refuse(Refusal::kUnparsable, problem);
-        continue;
-      }
-      if (req.has_put()) {
-        HandlePut(req.put(), parts.size() == 3 ? &parts[2] : nullptr, wire::PeerIdentity(parts[1]));
-      } else if (req.has_get()) {
-        HandleGet(parts[0], req.get());
-      } else {
-        Refuse(Refusal::kUnparsable, "neither a put nor a get");
-      }
-    }
+    while (wire::RecvMultipart(socket_, &parts, false)) Handle(parts);
+  }
+}
+
+void Shard::Handle(const std::vector<zmq::message_t>& parts) {
+  wire::PsRequest req;
+  std::string problem;
+  if (parts.size() < 2 || parts.size() > 3 || !wire::ParseFrame(parts[1], &req)) {
+    problem = "unparsable request";
+  } else if (std::string e = wire::CheckProtocol(req.sender()); !e.empty()) {
+    problem = e;
+  }
+  if (!problem.empty()) {
+    Refuse(Refusal::kUnparsable, problem);
+    return;
+  }
+  if (req.has_put()) {
+    HandlePut(req.put(), parts.size() == 3 ? &parts[2] : nullptr, wire::PeerIdentity(parts[1]));
+  } else if (req.has_get()) {
+    HandleGet(parts[0], req.get());
+  } else {
+    Refuse(Refusal::kUnparsable, "neither a put nor a get");
   }
 }
 

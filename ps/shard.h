@@ -57,6 +57,9 @@ class Shard {
   // Serves until `stop` is set (checked every 100 ms).
   void Run(const std::atomic<bool>& stop);
   const ShardStats& stats() const { return stats_; }
+  // Handles one received message (routing id, header, optional data frame); Run calls
+  // it for every message. Public for the fuzzer (tests/fuzz).
+  void Handle(const std::vector<zmq::message_t>& parts);
 
  private:
   struct Snapshot;

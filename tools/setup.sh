@@ -10,6 +10,7 @@ packages=(
   libcaf-dev libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libeigen3-dev
   catch2 libcli11-dev nlohmann-json3-dev
   pybind11-dev python3-dev python3-venv
+  clang-14 libclang-rt-14-dev
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,34 @@
+// libFuzzer target: the config parser, --set overrides and the checks. Input: config
+// text, then optionally a line "--" and one override ("a.b=value") per line.
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "wire/config.h"
+
+using namespace stampede;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  const size_t split = input.find("\n--\n");
+  const std::string text = input.substr(0, split);
+  LoadedConfig loaded;
+  std::string error;
+  if (!ParseConfigText(text, "fuzz.textproto", &loaded.config, &error)) {
+    if (error.empty()) __builtin_trap();
+    return 0;
+  }
+  if (split != std::string::npos) {
+    std::istringstream lines(input.substr(split + 4));
+    std::string line;
+    while (std::getline(lines, line)) {
+      if (!ApplyOverride(line, &loaded.config, &error)) {
+        if (error.empty()) __builtin_trap();
+        return 0;
+      }
+    }
+  }
+  if (!ValidateConfig(loaded, &error) && error.empty()) __builtin_trap();
+  (void)ConfigToText(loaded.config);
+  return 0;
+}
