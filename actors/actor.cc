@@ -276,7 +276,10 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
     total_wait += waited;
     if (!sent) break;
     fetcher.Poll(params, &version);  // refresh only between unrolls, never waiting
-    if (Clock::now() - last_report > std::chrono::seconds(1)) {
+    // Frames are reported often (every 100 ms of sending): the coordinator bounds the
+    // learner's frame count by the actors' own counts, and an actor that dies takes its
+    // unreported frames with it.
+    if (Clock::now() - last_report > std::chrono::milliseconds(100)) {
       status.set_actor_send_wait_s(total_wait);
       status.set_actor_policy_version(version);
       report("acting");

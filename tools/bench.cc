@@ -165,24 +165,32 @@ int RunBench(const BenchOptions& opt) {
                 sps * T * B * core->frames_per_step(), sps * flops / 1e9);
   }
 
-  // 4. The whole fleet, learning, on this machine.
+  // 4. The whole fleet, learning, on this machine: with CURVE (the default) and without,
+  // in the same invocation, so the cost of authenticated, encrypted sockets is one ratio.
   if (opt.fleet_frames > 0) {
-    config::Config fleet = cfg;
-    fleet.mutable_stop()->set_total_env_frames(opt.fleet_frames);
-    RunOptions ro;
-    ro.config_name = "bench";
-    ro.quiet = true;
-    RunResult r = RunCoordinator(fleet, ro);
-    if (r.exit_code != 0) {
-      std::fprintf(stderr, "bench: fleet run failed (exit %d), see %s\n", r.exit_code, r.run_dir.c_str());
-      return r.exit_code;
+    double fps_by_curve[2] = {0, 0};
+    for (const bool curve : {true, false}) {
+      config::Config fleet = cfg;
+      fleet.mutable_stop()->set_total_env_frames(opt.fleet_frames);
+      fleet.mutable_cluster()->set_curve(curve);
+      RunOptions ro;
+      ro.config_name = curve ? "bench-curve" : "bench-plain";
+      ro.quiet = true;
+      RunResult r = RunCoordinator(fleet, ro);
+      if (r.exit_code != 0) {
+        std::fprintf(stderr, "bench: fleet run failed (exit %d), see %s\n", r.exit_code, r.run_dir.c_str());
+        return r.exit_code;
+      }
+      fps_by_curve[curve ? 0 : 1] = r.env_frames / r.wall_seconds;
+      std::printf("  fleet frames/s, CURVE %-3s (%d actors x %d envs, %d PS shards, 1 learner, learning): %10.0f  "
+                  "(%lld frames in %.1f s, %lld learner steps = %.0f steps/s; compute bound ~2-3M frames/s)\n",
+                  curve ? "on" : "off", fleet.actors().num_actors(), fleet.actors().envs_per_actor(),
+                  fleet.ps().num_shards(), r.env_frames / r.wall_seconds, r.env_frames, r.wall_seconds,
+                  r.learner_steps, r.learner_steps / r.wall_seconds);
+      std::printf("  fleet run directory: %s\n", r.run_dir.c_str());
     }
-    std::printf("  fleet frames/s (%d actors x %d envs, %d PS shards, 1 learner, learning): %10.0f  "
-                "(%lld frames in %.1f s, %lld learner steps = %.0f steps/s; compute bound ~2-3M frames/s)\n",
-                fleet.actors().num_actors(), fleet.actors().envs_per_actor(), fleet.ps().num_shards(),
-                r.env_frames / r.wall_seconds, r.env_frames, r.wall_seconds, r.learner_steps,
-                r.learner_steps / r.wall_seconds);
-    std::printf("  fleet run directory: %s\n", r.run_dir.c_str());
+    std::printf("  CURVE cost: %.1f%% of fleet frames/s (on/off = %.3f)\n",
+                100.0 * (1.0 - fps_by_curve[0] / fps_by_curve[1]), fps_by_curve[0] / fps_by_curve[1]);
   }
   return 0;
 }
