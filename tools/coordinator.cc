@@ -397,6 +397,11 @@ void ApplyLearnerStatus(Supervisor* self, const wire::Status& s) {
     st.start_frames = s.start_env_frames();
     st.last_frames = s.start_env_frames();
   }
+  if (s.skipped_steps() > st.learner.skipped_steps()) {
+    // A step with a non-finite loss or gradient was not applied (learner/learner.cc).
+    Event(st, "skipped_steps", {{"skipped_steps", s.skipped_steps()},
+                                {"new", s.skipped_steps() - st.learner.skipped_steps()}});
+  }
   st.learner = s;
   st.have_learner_status = true;
   st.lag_mean_acc += s.policy_lag_mean();

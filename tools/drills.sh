@@ -65,6 +65,10 @@ out=$("$BIN" run configs/cartpole.textproto --run-dir "$WORK/small" --set cluste
 row "max_message_bytes below a trajectory" "exit 2 before any process" "exit $rc: $(echo "$out" | tail -1 | cut -c1-80)" \
   $([[ $rc == 2 && ! -e "$WORK/small/logs/learner-0.log" ]] && echo 0 || echo 1)
 
+out=$("$BIN" run configs/cartpole.textproto --run-dir "$WORK/memory" --set learner.queue_capacity=10000000 2>&1); rc=$?
+row "a queue that cannot fit in memory" "exit 2 with the estimate" "exit $rc: $(echo "$out" | tail -1 | cut -c11-90)" \
+  $([[ $rc == 2 && "$out" == *"GiB of memory"* ]] && echo 0 || echo 1)
+
 # A disk that is already full: the run must not start.
 FULL="$WORK/fulldisk"
 mkdir -p "$FULL"

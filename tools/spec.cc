@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -132,6 +133,34 @@ bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
              std::to_string(slice) + " bytes: " + std::to_string(params) + " parameters over " +
              std::to_string(cfg.ps().num_shards()) + " shards)";
     return false;
+  }
+  // A lower bound of what the fleet holds on this machine (`stampede run` starts every
+  // process here): the learner's parameters, gradient and optimizer state, its queue of
+  // trajectories and its batch; every PS version kept; each actor's parameters and the
+  // trajectory it fills and sends. Activations and libraries come on top.
+  {
+    const double param_bytes = double(params) * 4;
+    const double T = cfg.actors().unroll_length(), B = cfg.learner().batch_size();
+    // The queue holds unrolls; each trajectory brings actors.envs_per_actor of them.
+    const double queued = std::ceil(double(cfg.learner().queue_capacity()) / cfg.actors().envs_per_actor()) + 1;
+    const double learner = 4 * param_bytes + queued * double(trajectory) +
+                           2 * double(wire::TrajectoryBytes(int(T), int(B), shape));
+    const double ps = param_bytes * cfg.ps().versions_kept();
+    const double actors = cfg.actors().num_actors() * (2 * param_bytes + 2 * double(trajectory));
+    const double need = learner + ps + actors;
+    const double machine = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGE_SIZE));
+    if (machine > 0 && need > 0.9 * machine) {
+      char buf[512];
+      std::snprintf(buf, sizeof buf,
+                    "the fleet needs at least %.1f GiB of memory (learner %.1f: parameters, optimizer state, "
+                    "learner.queue_capacity %d unrolls in %.0f trajectories of %.2f MiB; PS %.1f: ps.versions_kept %d versions; "
+                    "actors %.1f) but this machine has %.1f GiB",
+                    need / (1 << 30), learner / (1 << 30), cfg.learner().queue_capacity(), queued,
+                    double(trajectory) / (1 << 20), ps / (1 << 30), cfg.ps().versions_kept(), actors / (1 << 30),
+                    machine / (1 << 30));
+      *error = buf;
+      return false;
+    }
   }
   const std::string device = cfg.learner().device();
   if (device == "cpu") return true;
