@@ -775,21 +775,21 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     return result;
   }
   {
-    // The run directory must be creatable and writable: a clean error, never an exception.
+    // The run directory must be creatable and writable: a clean error with the OS's
+    // reason (a full disk says so), never an exception.
     std::error_code ec;
     fs::create_directories(cfg.run_dir() + "/logs", ec);
-    const std::string probe = cfg.run_dir() + "/.write-test";
+    std::string why = ec ? ec.message() : "";
     if (!ec) {
-      std::ofstream out(probe);
-      out << "ok\n";
-      out.flush();
-      if (!out) ec = std::make_error_code(std::errc::io_error);
+      const std::string probe = cfg.run_dir() + "/.write-test";
+      std::string error;
+      if (!wire::WriteFileAtomically(probe, std::string(4096, 'x'), &error)) why = error;
       std::error_code removed;
       fs::remove(probe, removed);
     }
-    if (ec) {
-      std::fprintf(stderr, "stampede: run directory %s cannot be created or written: %s\n",
-                   cfg.run_dir().c_str(), ec.message().c_str());
+    if (!why.empty()) {
+      std::fprintf(stderr, "stampede: run directory %s cannot be created or written: %s\n", cfg.run_dir().c_str(),
+                   why.c_str());
       result.exit_code = 2;
       return result;
     }

@@ -36,37 +36,39 @@ row() {
 # json FILE EXPR: a value from a JSON file (python expression over `d`).
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 last_metrics() { tail -1 "$1/metrics.jsonl" > "$1/last.json"; echo "$1/last.json"; }
+# The last line of a message, with the work directory shortened, for the table.
+short() { echo "$1" | tail -1 | sed -e "s|$WORK|WORK|g" -e 's/^stampede: //' | cut -c1-100; }
 rss_kb() { awk '/VmHWM/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 
 echo "drills: work directory $WORK" >&2
 
 # ---------------------------------------------------------------- preflight (quick)
 out=$("$BIN" run configs 2>&1); rc=$?
-row "config path is a directory" "exit 2, names the path" "exit $rc: $(echo "$out" | head -1 | cut -c1-80)" \
+row "config path is a directory" "exit 2, names the path" "exit $rc: $(short "$out")" \
   $([[ $rc == 2 && "$out" == *configs* ]] && echo 0 || echo 1)
 
 touch "$WORK/afile"
 out=$("$BIN" run configs/cartpole.textproto --run-dir "$WORK/afile/run" 2>&1); rc=$?
-row "run dir under a regular file" "exit 2 with the OS error" "exit $rc: $(echo "$out" | tail -1 | cut -c1-80)" \
+row "run dir under a regular file" "exit 2 with the OS error" "exit $rc: $(short "$out")" \
   $([[ $rc == 2 && "$out" == *"Not a directory"* ]] && echo 0 || echo 1)
 
 out=$("$BIN" run configs/cartpole.textproto --run-dir /proc/stampede-run 2>&1); rc=$?
-row "run dir in /proc" "exit 2, no exception" "exit $rc: $(echo "$out" | tail -1 | cut -c1-80)" \
+row "run dir in /proc" "exit 2, no exception" "exit $rc: $(short "$out")" \
   $([[ $rc == 2 && "$out" == *"cannot be created"* ]] && echo 0 || echo 1)
 
 big=$(python3 -c "print('[' + ','.join(['4'] * 1000000) + ']')")
 printf 'env { name: "CartPole" }\nnet { hidden_sizes: %s }\n' "$big" > "$WORK/huge.textproto"
 start=$(date +%s)
 out=$(timeout 60 "$BIN" run "$WORK/huge.textproto" --run-dir "$WORK/huge" 2>&1); rc=$?
-row "a million hidden layers" "exit 2 in seconds" "exit $rc after $(( $(date +%s) - start )) s: $(echo "$out" | tail -1 | cut -c1-70)" \
+row "a million hidden layers" "exit 2 in seconds" "exit $rc after $(( $(date +%s) - start )) s: $(short "$out")" \
   $([[ $rc == 2 ]] && echo 0 || echo 1)
 
 out=$("$BIN" run configs/cartpole.textproto --run-dir "$WORK/small" --set cluster.max_message_bytes=1024 2>&1); rc=$?
-row "max_message_bytes below a trajectory" "exit 2 before any process" "exit $rc: $(echo "$out" | tail -1 | cut -c1-80)" \
+row "max_message_bytes below a trajectory" "exit 2 before any process" "exit $rc: $(short "$out")" \
   $([[ $rc == 2 && ! -e "$WORK/small/logs/learner-0.log" ]] && echo 0 || echo 1)
 
 out=$("$BIN" run configs/cartpole.textproto --run-dir "$WORK/memory" --set learner.queue_capacity=10000000 2>&1); rc=$?
-row "a queue that cannot fit in memory" "exit 2 with the estimate" "exit $rc: $(echo "$out" | tail -1 | cut -c11-90)" \
+row "a queue that cannot fit in memory" "exit 2 with the estimate" "exit $rc: $(short "$out")" \
   $([[ $rc == 2 && "$out" == *"GiB of memory"* ]] && echo 0 || echo 1)
 
 # A disk that is already full: the run must not start.
@@ -81,7 +83,7 @@ else
   out=$(bash -c "ulimit -f 0; exec \"$BIN\" run configs/cartpole.textproto --run-dir \"$FULL/run\"" 2>&1); rc=$?
   how="ulimit -f 0"
 fi
-row "disk already full ($how)" "exit 2, no process started" "exit $rc: $(echo "$out" | tail -1 | cut -c1-70)" \
+row "disk already full ($how)" "exit 2, no process started" "exit $rc: $(short "$out")" \
   $([[ $rc == 2 && ! -e "$FULL/run/processes.txt" ]] && echo 0 || echo 1)
 [[ -n "$MOUNTED" ]] && umount "$MOUNTED" && MOUNTED=""
 
