@@ -367,6 +367,10 @@ void OnStatus(Supervisor* self, const std::string& bytes, const std::string& pee
     st.pending_learner = s;
     return;
   }
+  // A held status that a newer, believable one overtakes is checked once more: if the
+  // actors still cannot vouch for it, it was never true.
+  if (st.pending_learner) st.pending_since = Clock::now() - kPendingStatusLimit - std::chrono::seconds(1);
+  CheckPendingLearnerStatus(self);
   st.pending_learner.reset();
   ApplyLearnerStatus(self, s);
 }

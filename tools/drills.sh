@@ -108,6 +108,7 @@ COORD_PID=$RUN_PID
 "$FORGE" "$R" trajectory-reward --count 3 >/dev/null                 # outsider
 "$FORGE" "$R" status-budget --count 5 >/dev/null                     # outsider
 "$FORGE" "$R" status-budget --key actor-0 --count 5 >/dev/null       # an actor claiming to be the learner
+"$FORGE" "$R" status-budget --key learner-0 --count 3 >/dev/null     # the learner's own key, stolen
 "$FORGE" "$R" trajectory-episodes --key actor-0 --count 3 >/dev/null # 100 episodes of return 1e30 each
 "$FORGE" "$R" trajectory-unrolls --key actor-0 --count 3 >/dev/null  # 20x the configured unrolls
 "$FORGE" "$R" put-nan --plain --count 3 >/dev/null                   # no CURVE at all
@@ -128,6 +129,9 @@ row "trajectories, outsider key" "refused at the handshake, counted" \
 row "statuses: outsider key / actor key as learner" "refused / ignored, counted" \
   "coordinator unauthorised_connection=$(json $S "d['refused']['coordinator'].get('unauthorised_connection',0)"), forged_statuses=$(json $S "d.get('forged_statuses',0)")" \
   $([[ $(json $S "d['refused']['coordinator'].get('unauthorised_connection',0) > 0 and d.get('forged_statuses',0) >= 5") == True ]] && echo 0 || echo 1)
+row "budget-spent status with the learner's key" "held: actors made far fewer frames" \
+  "implausible_statuses=$(json $S "d.get('implausible_statuses',0)")" \
+  $([[ $(json $S "d.get('implausible_statuses',0) >= 1") == True ]] && echo 0 || echo 1)
 row "forged budget-spent status" "run ends at the real budget" \
   "stopped at $(json $S "d['env_frames']") frames: $(json $S "d['stop_reason']")" \
   $([[ $rc == 0 && $(json $S "d['env_frames'] >= 8000000") == True ]] && echo 0 || echo 1)
