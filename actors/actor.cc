@@ -249,6 +249,7 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
   wire::TrajectoryBatch batch;
   *batch.meta.mutable_sender() = sender;
   double send_wait = 0, total_wait = 0;
+  int64_t sends = 0;
   auto last_report = Clock::now();
   while (!stop.load()) {
     try {
@@ -276,10 +277,12 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
     total_wait += waited;
     if (!sent) break;
     fetcher.Poll(params, &version);  // refresh only between unrolls, never waiting
-    // Frames are reported often (every 100 ms of sending): the coordinator bounds the
-    // learner's frame count by the actors' own counts, and an actor that dies takes its
-    // unreported frames with it.
-    if (Clock::now() - last_report > std::chrono::milliseconds(100)) {
+    // Frames are reported often: the coordinator bounds the learner's frame count by
+    // twice the actors' own counts, and an actor that dies takes its unreported frames
+    // with it. After sends 1, 2, 4, 8, ... (so even an actor that lives for a few
+    // messages has reported at least half of what it sent), then every 100 ms.
+    ++sends;
+    if ((sends & (sends - 1)) == 0 || Clock::now() - last_report > std::chrono::milliseconds(100)) {
       status.set_actor_send_wait_s(total_wait);
       status.set_actor_policy_version(version);
       report("acting");
