@@ -421,3 +421,79 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
   CHECK(shards[0]->stats().newest_version.load() == 15);
   CHECK(shards[1]->stats().newest_version.load() == 15);
 }
+
+TEST_CASE("wire: a live learner skips and counts a step whose loss is not finite, and its parameters stay finite",
+          "[wire][learner]") {
+  zmq::context_t ctx(1);
+  config::Config cfg;
+  cfg.mutable_env()->set_name("Catch");
+  cfg.mutable_net()->add_hidden_sizes(16);
+  cfg.mutable_actors()->set_unroll_length(5);
+  cfg.mutable_actors()->set_envs_per_actor(2);
+  cfg.mutable_learner()->set_batch_size(4);
+  cfg.mutable_learner()->set_queue_capacity(16);
+  cfg.mutable_stop()->set_total_env_frames(1000000000);
+  cfg.mutable_ps()->set_num_shards(1);
+  // Bounds wide open, so rewards of 2e38 reach the loss: their discounted sums overflow float.
+  cfg.mutable_wire()->set_max_abs_reward(3e38);
+  testing::ResolveSpecInPlace(&cfg);
+  testing::InProcessShards servers(ctx, 1);
+  cfg.mutable_cluster()->add_ps(servers.endpoints[0]);
+  learner::Learner learner(cfg, ctx, "tcp://127.0.0.1:*", 1);
+  std::string error;
+  REQUIRE(learner.Start(&error));
+  zmq::socket_t push(ctx, zmq::socket_type::push);
+  push.set(zmq::sockopt::linger, 0);
+  push.connect(learner.endpoint());
+  const wire::StepShape catch_shape{{10, 5}, wire::DType::kFloat32, 3};
+  auto make = [&](uint64_t seed, float reward) {
+    auto b = MakeGood(catch_shape, 5, 2, 0, seed);
+    std::fill(b.valid.begin(), b.valid.end(), 1);
+    std::fill(b.terminated.begin(), b.terminated.end(), 0);
+    std::fill(b.rewards.begin(), b.rewards.end(), reward);
+    b.meta.clear_episodes();
+    return b;
+  };
+  // 4 poisoned messages (2 batches of 4 unrolls), the first with an episode of return
+  // 1e30; then 4 ordinary ones (2 batches) with 25 episodes of return 1 each.
+  for (int i = 0; i < 4; ++i) {
+    auto b = make(i, 2e38f);
+    if (i == 0) {
+      auto* ep = b.meta.add_episodes();
+      ep->set_episode_return(1e30f);
+      ep->set_length(5);
+    }
+    REQUIRE(wire::SendTrajectory(push, b));
+  }
+  for (int i = 0; i < 4; ++i) {
+    auto b = make(10 + i, 0.5f);
+    for (int e = 0; e < 25; ++e) {
+      auto* ep = b.meta.add_episodes();
+      ep->set_episode_return(1.f);
+      ep->set_length(2);
+    }
+    REQUIRE(wire::SendTrajectory(push, b));
+  }
+  wire::Status status;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    learner.FillStatus(&status);
+    if (status.skipped_steps() + learner.learner_steps() >= 4) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  learner.FillStatus(&status);
+  CHECK(status.skipped_steps() == 2);
+  CHECK(learner.learner_steps() == 2);
+  CHECK(learner.policy_version() == 2);
+  CHECK(learner.dropped_total() == 0);
+  // The 1e30 episode has left the 100-episode window, and left no trace in its mean (a
+  // running sum would have lost the 1s to rounding: 1e30 + 1 - 1e30 = 0).
+  CHECK(status.episodes() == 101);
+  CHECK(status.returns_counted() == 100);
+  CHECK(status.mean_return_100() == 1.0);
+  learner.Stop();
+  // No non-finite parameters ever reached the PS (it would have refused and counted them).
+  CHECK(servers.shards[0]->stats().newest_version.load() >= 0);
+  CHECK(servers.shards[0]->stats().refused[size_t(ps::Refusal::kNonFinite)].load() == 0);
+  servers.Stop();
+}
