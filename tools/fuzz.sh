@@ -10,7 +10,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=60
 MAKE_SEEDS=0
-if [[ "${1:-}" == "--seeds" ]]; then MAKE_SEEDS=1; elif [[ -n "${1:-}" ]]; then SECONDS_PER_TARGET=$1; fi
+if [[ "${1:-}" == "--seeds" ]]; then
+  MAKE_SEEDS=1
+elif [[ "${1:-}" =~ ^[0-9]+$ ]]; then
+  SECONDS_PER_TARGET=$1
+elif [[ -n "${1:-}" ]]; then
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
 for tool in clang-14 clang++-14; do
   command -v $tool >/dev/null || { echo "fuzz: $tool not found (apt-get install clang-14 libclang-rt-14-dev)" >&2; exit 2; }
 done
