@@ -15,13 +15,14 @@ if [[ "${1:-}" == "--seeds" ]]; then
 elif [[ "${1:-}" =~ ^[0-9]+$ ]]; then
   SECONDS_PER_TARGET=$1
 elif [[ -n "${1:-}" ]]; then
-  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 for tool in clang-14 clang++-14; do
   command -v $tool >/dev/null || { echo "fuzz: $tool not found (apt-get install clang-14 libclang-rt-14-dev)" >&2; exit 2; }
 done
-TARGETS=(trajectory ps_request config checkpoint)
+# STAMPEDE_FUZZ_TARGETS="a b" runs only those (e.g. two fuzz.sh at once on two cores).
+read -r -a TARGETS <<< "${STAMPEDE_FUZZ_TARGETS:-trajectory ps_request config checkpoint}"
 if [[ ! -f build-fuzz/build.ninja ]]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSTAMPEDE_FUZZ=ON -DSTAMPEDE_TESTS=OFF -DSTAMPEDE_CUDA=OFF -DSTAMPEDE_NATIVE=OFF >/dev/null
