@@ -290,7 +290,7 @@ int64_t ActorFrames(const SupervisorState& st) {
 
 // Empty if the learner's counters are believable, else why not: frames never go back
 // within one learner process, and never run ahead of what the actors say they made
-// (with room for the ~1 s their reports lag and for messages in flight).
+// (with room for what they have not reported yet and for messages in flight).
 std::string Implausible(const SupervisorState& st, const wire::Status& s) {
   if (st.have_learner_status && s.sender().incarnation() == st.learner.sender().incarnation() &&
       (s.env_frames() < st.learner.env_frames() || s.learner_steps() < st.learner.learner_steps())) {
@@ -304,8 +304,18 @@ std::string Implausible(const SupervisorState& st, const wire::Status& s) {
   const auto& a = st.cfg.actors();
   const double per_message = double(a.unroll_length()) * a.envs_per_actor() *
                              std::max(1, st.cfg.env().resolved_spec().frames_per_step());
-  const double in_flight = per_message * a.num_actors() * (st.cfg.learner().queue_capacity() + 8.0);
-  const double bound = 2.0 * double(ActorFrames(st)) + 3.0 * st.peak_actor_rate + in_flight;
+  // Messages between the actors and the trainer: the learner's queue (in unrolls, E per
+  // message), one in each actor's socket, a few in the kernel's buffers.
+  const double in_flight =
+      per_message * (double(st.cfg.learner().queue_capacity()) / a.envs_per_actor() + 2.0 * a.num_actors() + 8);
+  // What each actor process made but has not reported: actors report after sends 1, 2,
+  // 4, ... and then every 100 ms, so at most what it has reported (a young or dead one)
+  // and at most a second of the whole fleet's peak rate (a live one), plus a message.
+  double unreported = 0;
+  for (const auto& [pid, fw] : st.actor_stats) {
+    unreported += std::min(double(fw.first), std::max(per_message * 64, st.peak_actor_rate)) + per_message;
+  }
+  const double bound = double(ActorFrames(st)) + unreported + st.peak_actor_rate + in_flight;
   const double claimed = double(s.env_frames() - s.start_env_frames());
   if (claimed > bound) {
     return std::to_string(int64_t(claimed)) + " frames trained on, but the actors report " +

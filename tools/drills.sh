@@ -103,12 +103,12 @@ RUN_PID=$!
 for _ in $(seq 100); do [[ -s "$R/metrics.jsonl" ]] && break; sleep 0.1; done
 sleep 1
 COORD_PID=$RUN_PID
+"$FORGE" "$R" status-budget --key learner-0 --count 3 >/dev/null     # the learner's own key, stolen
 "$FORGE" "$R" put-nan --count 5 >/dev/null                          # an outsider's key
 "$FORGE" "$R" put-finite --key actor-0 --count 5 >/dev/null          # a run key, not a learner's
 "$FORGE" "$R" trajectory-reward --count 3 >/dev/null                 # outsider
 "$FORGE" "$R" status-budget --count 5 >/dev/null                     # outsider
 "$FORGE" "$R" status-budget --key actor-0 --count 5 >/dev/null       # an actor claiming to be the learner
-"$FORGE" "$R" status-budget --key learner-0 --count 3 >/dev/null     # the learner's own key, stolen
 "$FORGE" "$R" trajectory-episodes --key actor-0 --count 3 >/dev/null # 100 episodes of return 1e30 each
 "$FORGE" "$R" trajectory-unrolls --key actor-0 --count 3 >/dev/null  # 20x the configured unrolls
 "$FORGE" "$R" put-nan --plain --count 3 >/dev/null                   # no CURVE at all
