@@ -97,13 +97,15 @@ if [[ $QUICK == 1 ]]; then
 else
 # ---------------------------------------------------------------- attacks on a running fleet
 R="$WORK/attack"
-"$BIN" run configs/cartpole.textproto --run-dir "$R" --set stop.total_env_frames=8000000 \
+"$BIN" run configs/cartpole.textproto --run-dir "$R" --set stop.total_env_frames=16000000 \
   --set stop.target_return=0 > "$WORK/attack.out" 2>&1 &
 RUN_PID=$!
 for _ in $(seq 100); do [[ -s "$R/metrics.jsonl" ]] && break; sleep 0.1; done
 sleep 1
 COORD_PID=$RUN_PID
 "$FORGE" "$R" status-budget --key learner-0 --count 3 >/dev/null     # the learner's own key, stolen
+"$FORGE" "$R" status-flood --key actor-0 --count 10 --flood-mb 60 >/dev/null
+flood_rss=$(rss_kb $COORD_PID)                                        # the run is still going here
 "$FORGE" "$R" put-nan --count 5 >/dev/null                          # an outsider's key
 "$FORGE" "$R" put-finite --key actor-0 --count 5 >/dev/null          # a run key, not a learner's
 "$FORGE" "$R" trajectory-reward --count 3 >/dev/null                 # outsider
@@ -112,8 +114,6 @@ COORD_PID=$RUN_PID
 "$FORGE" "$R" trajectory-episodes --key actor-0 --count 3 >/dev/null # 100 episodes of return 1e30 each
 "$FORGE" "$R" trajectory-unrolls --key actor-0 --count 3 >/dev/null  # 20x the configured unrolls
 "$FORGE" "$R" put-nan --plain --count 3 >/dev/null                   # no CURVE at all
-"$FORGE" "$R" status-flood --key actor-0 --count 10 --flood-mb 60 >/dev/null
-flood_rss=$(rss_kb $COORD_PID)
 wait $RUN_PID; rc=$?
 S="$R/summary.json"
 M=$(last_metrics "$R")
@@ -134,7 +134,7 @@ row "budget-spent status with the learner's key" "held: actors made far fewer fr
   $([[ $(json $S "d.get('implausible_statuses',0) >= 1") == True ]] && echo 0 || echo 1)
 row "forged budget-spent status" "run ends at the real budget" \
   "stopped at $(json $S "d['env_frames']") frames: $(json $S "d['stop_reason']")" \
-  $([[ $rc == 0 && $(json $S "d['env_frames'] >= 8000000") == True ]] && echo 0 || echo 1)
+  $([[ $rc == 0 && $(json $S "d['env_frames'] >= 16000000") == True ]] && echo 0 || echo 1)
 row "100 episodes of return 1e30" "dropped, return window unharmed" \
   "out_of_range drops=$(json $M "d['dropped_by_reason'].get('out_of_range',0)"), return(100)=$(json $S "d['mean_return_100']")" \
   $([[ $(json $M "d['dropped_by_reason'].get('out_of_range',0) >= 3") == True && $(json $S "0 < d['mean_return_100'] <= 500") == True ]] && echo 0 || echo 1)
