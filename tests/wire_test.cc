@@ -344,17 +344,26 @@ TEST_CASE("wire: bad trajectories are rejected with the reason", "[wire]") {
   }
 }
 
-TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps training", "[wire][learner]") {
-  zmq::context_t ctx(1);
+namespace {
+// A small Catch learner for the live-learner tests: T = 5, 2 unrolls per message, batches
+// of 4, `shards` PS shards (endpoints added by the caller), a budget never reached.
+config::Config LiveLearnerConfig(int shards) {
   config::Config cfg;
   cfg.mutable_env()->set_name("Catch");
   cfg.mutable_net()->add_hidden_sizes(16);
   cfg.mutable_actors()->set_unroll_length(5);
-  cfg.mutable_actors()->set_envs_per_actor(2);  // the good messages carry 2 unrolls
+  cfg.mutable_actors()->set_envs_per_actor(2);
   cfg.mutable_learner()->set_batch_size(4);
   cfg.mutable_learner()->set_queue_capacity(16);
   cfg.mutable_stop()->set_total_env_frames(1000000000);
-  cfg.mutable_ps()->set_num_shards(2);
+  cfg.mutable_ps()->set_num_shards(shards);
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps training", "[wire][learner]") {
+  zmq::context_t ctx(1);
+  config::Config cfg = LiveLearnerConfig(2);  // the good messages carry 2 unrolls
   testing::ResolveSpecInPlace(&cfg);
   testing::InProcessShards servers(ctx, 2);
   auto& shards = servers.shards;
@@ -425,15 +434,7 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
 TEST_CASE("wire: a live learner skips and counts a step whose loss is not finite, and its parameters stay finite",
           "[wire][learner]") {
   zmq::context_t ctx(1);
-  config::Config cfg;
-  cfg.mutable_env()->set_name("Catch");
-  cfg.mutable_net()->add_hidden_sizes(16);
-  cfg.mutable_actors()->set_unroll_length(5);
-  cfg.mutable_actors()->set_envs_per_actor(2);
-  cfg.mutable_learner()->set_batch_size(4);
-  cfg.mutable_learner()->set_queue_capacity(16);
-  cfg.mutable_stop()->set_total_env_frames(1000000000);
-  cfg.mutable_ps()->set_num_shards(1);
+  config::Config cfg = LiveLearnerConfig(1);
   // Bounds wide open, so rewards of 2e38 reach the loss: their discounted sums overflow float.
   cfg.mutable_wire()->set_max_abs_reward(3e38);
   testing::ResolveSpecInPlace(&cfg);
