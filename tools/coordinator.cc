@@ -282,11 +282,16 @@ void Finish(Supervisor* self) {
   self->quit();
 }
 
-int64_t ActorFrames(const SupervisorState& st) {
-  int64_t total = 0;
-  for (const auto& [pid, fw] : st.actor_stats) total += fw.first;
+// Frames made and seconds waited to send, summed over every actor process of the run.
+std::pair<int64_t, double> ActorTotals(const SupervisorState& st) {
+  std::pair<int64_t, double> total{0, 0};
+  for (const auto& [pid, fw] : st.actor_stats) {
+    total.first += fw.first;
+    total.second += fw.second;
+  }
   return total;
 }
+int64_t ActorFrames(const SupervisorState& st) { return ActorTotals(st).first; }
 
 // Empty if the learner's counters are believable, else why not: frames never go back
 // within one learner process, and never run ahead of what the actors say they made
@@ -504,12 +509,7 @@ void Progress(SupervisorState& st, Clock::time_point now) {
   const double lag_mean = st.lag_mean_n ? st.lag_mean_acc / st.lag_mean_n : 0;
   int actors_alive = 0;
   for (auto& [pid, c] : st.children) actors_alive += c.role == wire::ROLE_ACTOR;
-  int64_t actor_frames = 0;
-  double actor_wait = 0;
-  for (const auto& [pid, fw] : st.actor_stats) {
-    actor_frames += fw.first;
-    actor_wait += fw.second;
-  }
+  const auto [actor_frames, actor_wait] = ActorTotals(st);
   if (!st.opt.quiet) {
     std::printf("[%7.1fs] frames %s (%s/s) | episodes %lld | return(100) %.2f | steps %lld | "
                 "lag %.1f/%lld | queue %d | dropped %lld | actors %d\n",
@@ -603,12 +603,7 @@ std::string Diagnose(const SupervisorState& st) {
   os << "  PS versions:";
   for (const auto& [shard, v] : st.ps_versions) os << " shard " << shard << " " << v;
   os << (st.ps_versions.empty() ? " none reported" : "") << "\n";
-  int64_t frames = 0;
-  double wait = 0;
-  for (const auto& [pid, fw] : st.actor_stats) {
-    frames += fw.first;
-    wait += fw.second;
-  }
+  const auto [frames, wait] = ActorTotals(st);
   os << "  actors: " << frames << " frames made, " << wait << " s waiting to send in all";
   std::map<std::string, int> doing;
   for (const auto& [pid, c] : st.children) {
