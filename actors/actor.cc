@@ -16,6 +16,7 @@
 #include "wire/config.h"
 #include "wire/auth.h"
 #include "wire/status_channel.h"
+#include "wire/tasks.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::actors {
@@ -43,6 +44,14 @@ struct ActorCore::Impl {
   std::vector<std::byte> final_obs;
   std::vector<double> episode_return;
   std::vector<int> episode_length, truncated_envs;
+  // A suite's task: its observations are brought to the joint shape, and its policy is
+  // masked to its own actions (those below action_limit).
+  int task = 0;
+  int V = 1;                 // value outputs (one per task with PopArt)
+  int64_t popart_stats = -1;  // PopArt: offset of the statistics in the parameters
+  int action_limit = 0;  // 0: every action of the head
+  wire::ObsAdapter adapter;
+  std::vector<std::byte> task_obs, task_final_obs;  // [E] task-shaped (adapter not identity)
 };
 
 ActorCore::ActorCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -55,19 +64,37 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   m->task_index = task_index;
   m->E = cfg.actors().envs_per_actor();
   m->T = cfg.actors().unroll_length();
-  m->env = envs::MakeVectorEnv(EnvSourceFromConfig(cfg), m->E, error);
+  // A suite's actor runs one task's env; the network is the suite's (joint spec).
+  m->task = wire::TaskOfActor(cfg, task_index);
+  const config::Config task_cfg = wire::TaskEnvConfig(cfg, m->task);
+  m->env = envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E, error);
   if (!m->env) return nullptr;
   const envs::EnvSpec& spec = m->env->spec();
   const config::EnvSpec actual = SpecToProto(spec);
-  if (cfg.env().has_resolved_spec()) {
-    if (std::string diff = SpecMismatch(cfg.env().resolved_spec(), actual); !diff.empty()) {
-      *error = diff;
+  if (task_cfg.env().has_resolved_spec()) {
+    if (std::string diff = SpecMismatch(task_cfg.env().resolved_spec(), actual); !diff.empty()) {
+      *error = (cfg.tasks_size() > 0 ? "task \"" + wire::TaskName(cfg, m->task) + "\": " : std::string()) + diff;
       return nullptr;
     }
   }
-  config::Config with_spec = cfg;
+  config::Config with_spec = task_cfg;
   *with_spec.mutable_env()->mutable_resolved_spec() = actual;
-  if (!ResolvedStepShape(with_spec, &m->shape, error)) return nullptr;
+  wire::StepShape task_shape;
+  if (!ResolvedStepShape(with_spec, &task_shape, error)) return nullptr;
+  m->shape = task_shape;
+  if (cfg.tasks_size() > 0) {
+    if (!ResolvedStepShape(cfg, &m->shape, error)) return nullptr;
+    *with_spec.mutable_env()->mutable_resolved_spec() = cfg.env().resolved_spec();
+    m->adapter = wire::ObsAdapter(task_shape.obs_shape, m->shape.obs_shape, task_shape.obs_dtype == wire::DType::kUint8,
+                                  cfg.suite().obs_rule());
+    if (!m->adapter.identity()) {
+      m->task_obs.resize(size_t(m->E) * m->adapter.from_bytes());
+      m->task_final_obs.resize(size_t(m->E) * m->adapter.from_bytes());
+    }
+    if (!task_shape.box() && task_shape.action_kind == wire::ActionKind::kDiscrete) {
+      m->action_limit = task_shape.num_actions;
+    }
+  }
   m->D = m->shape.obs_size();
   m->A = m->shape.num_actions;
   m->frames_per_step = spec.frames_per_step;
@@ -80,7 +107,9 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   m->episode_start.assign(m->E, 1);
   m->rng.seed(SplitMix(cfg.seed() * 7919 + uint64_t(task_index)));
   m->final_obs.resize(size_t(m->E) * m->shape.obs_bytes());
-  m->final_values.resize(m->E);
+  m->V = m->net->num_values();
+  m->final_values.resize(size_t(m->E) * m->V);
+  if (m->net->spec().popart) m->popart_stats = m->net->layout().Find("popart/stats").offset;
   m->episode_return.assign(m->E, 0);
   m->episode_length.assign(m->E, 0);
   m->truncated_envs.reserve(m->E);
@@ -105,7 +134,12 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
     m.started = false;
   }
   if (!m.started) {
-    m.env->Reset(SplitMix(m.cfg.seed() ^ SplitMix(uint64_t(m.task_index) << 20)), out->obs_row(0));
+    if (m.adapter.identity()) {
+      m.env->Reset(SplitMix(m.cfg.seed() ^ SplitMix(uint64_t(m.task_index) << 20)), out->obs_row(0));
+    } else {
+      m.env->Reset(SplitMix(m.cfg.seed() ^ SplitMix(uint64_t(m.task_index) << 20)), m.task_obs.data());
+      m.adapter.Apply(m.task_obs.data(), E, out->obs_row(0));
+    }
     std::fill(m.episode_return.begin(), m.episode_return.end(), 0.0);
     std::fill(m.episode_length.begin(), m.episode_length.end(), 0);
     std::fill(m.episode_start.begin(), m.episode_start.end(), 1);
@@ -116,6 +150,7 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
   }
   out->meta.clear_episodes();
   out->meta.set_policy_version(version);
+  out->meta.set_task_id(m.task);
   std::fill(out->truncation_values.begin(), out->truncation_values.end(), 0.f);
   int64_t valid_steps = 0;
   const int S = m.S;
@@ -129,6 +164,10 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
     float* logits = &out->behaviour_logits[row * A];
     m.net->Step(params.data(), out->obs_row(row), E, nullptr, m.state.data(), m.state.data(),
                 logits, nullptr);
+    if (m.action_limit > 0 && m.action_limit < A) {
+      // The task does not have these actions: probability exactly zero.
+      for (int e = 0; e < E; ++e) std::fill(logits + size_t(e) * A + m.action_limit, logits + size_t(e + 1) * A, net::kMaskedLogit);
+    }
     auto uniform = [&] { return std::uniform_real_distribution<double>(0, 1)(m.rng); };
     auto normal = [&] { return std::normal_distribution<double>(0, 1)(m.rng); };
     const net::PolicyShape& pol = m.net->spec().policy;
@@ -148,16 +187,21 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
       }
     }
     envs::VectorStep step;
-    step.obs = out->obs_row(row + E);
+    const bool adapt = !m.adapter.identity();
+    step.obs = adapt ? m.task_obs.data() : out->obs_row(row + E);
     step.rewards = &out->rewards[row];
     step.terminated = &out->terminated[row];
     step.truncated = &out->truncated[row];
     step.valid = &out->valid[row];
-    step.final_obs = m.final_obs.data();
+    step.final_obs = adapt ? m.task_final_obs.data() : m.final_obs.data();
     if (m.shape.box()) {
       m.env->StepBox(m.clipped.data(), step);
     } else {
       m.env->Step(&out->actions[row * K], step);
+    }
+    if (adapt) {
+      m.adapter.Apply(m.task_obs.data(), E, out->obs_row(row + E));
+      m.adapter.Apply(m.task_final_obs.data(), E, m.final_obs.data());
     }
     m.truncated_envs.clear();
     for (int e = 0; e < E; ++e) {
@@ -189,7 +233,12 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
       }
       m.net->Step(params.data(), m.final_obs.data(), k, nullptr, m.final_state.data(), nullptr,
                   nullptr, m.final_values.data());
-      for (int j = 0; j < k; ++j) out->truncation_values[row + m.truncated_envs[j]] = m.final_values[j];
+      for (int j = 0; j < k; ++j) {
+        // PopArt: the task's output, unnormalised with the statistics these parameters carry.
+        double v = m.final_values[size_t(j) * m.V + (m.V == 1 ? 0 : m.task)];
+        if (m.popart_stats >= 0) v = v * params[size_t(m.popart_stats + m.V + m.task)] + params[size_t(m.popart_stats + m.task)];
+        out->truncation_values[row + m.truncated_envs[j]] = float(v);
+      }
     }
   }
   frames_ += valid_steps * m.frames_per_step;

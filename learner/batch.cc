@@ -32,6 +32,7 @@ void CopyUnroll(const wire::TrajectoryBatch& src, int c, int b, Batch* batch) {
   const int K = batch->shape.core_state_size;
   std::copy_n(&src.initial_core_state[size_t(c) * K], K, &batch->initial_core_state[size_t(b) * K]);
   batch->policy_versions[b] = src.meta.policy_version();
+  batch->tasks[b] = src.meta.task_id();
 }
 
 }  // namespace stampede::learner

@@ -19,10 +19,12 @@ namespace stampede::learner {
 // plus the behaviour policy's version of each.
 struct Batch : wire::Unrolls {
   std::vector<int64_t> policy_versions;  // [B]
+  std::vector<int32_t> tasks;            // [B]: the task of each unroll (0 in one-task runs)
 
   void Resize(int T, int B, const wire::StepShape& shape) {
     Unrolls::Resize(T, B, shape);
     policy_versions.assign(B, 0);
+    tasks.assign(B, 0);
   }
   void Resize(int T, int B, int obs_size, int num_actions) {
     Resize(T, B, wire::StepShape{{obs_size}, wire::DType::kFloat32, num_actions});

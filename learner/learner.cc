@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <optional>
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <set>
@@ -14,12 +16,14 @@
 #include "wire/auth.h"
 #include "wire/log_limit.h"
 #include "learner/loss.h"
+#include "learner/popart.h"
 #include "learner/rmsprop.h"
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "ps/client.h"
 #include "replay/bounded_queue.h"
 #include "wire/config.h"
+#include "wire/tasks.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::learner {
@@ -42,6 +46,14 @@ LossOptions LossOptionsFrom(const config::Config& cfg) {
   lo.bootstrap_on_truncation = lc.bootstrap_on_truncation();
   lo.reward_clip = lc.reward_clip();
   lo.reward_scale = lc.reward_scale();
+  lo.popart = lc.popart();
+  // Masks only where some task has fewer actions than the shared head.
+  const auto limits = wire::TaskActionLimits(cfg);
+  const int head = cfg.env().resolved_spec().num_actions();
+  if (cfg.env().resolved_spec().action_kind() == config::DISCRETE &&
+      std::any_of(limits.begin(), limits.end(), [&](int a) { return a < head; })) {
+    lo.action_limits = limits;
+  }
   return lo;
 }
 
@@ -96,7 +108,26 @@ struct Learner::Impl {
   std::atomic<int64_t> dropped[size_t(wire::DropReason::kCount)] = {};
   std::string checkpoint_path;
 
+  int num_tasks = 1;
+  std::vector<int> action_limits;  // per task
+  std::optional<PopArtSlots> popart;
+
   std::mutex mu;  // guards everything below
+  // Per task: its own return window, counters and lag (a suite's returns have different
+  // scales, so one window over all tasks would mean nothing).
+  struct TaskStats {
+    std::deque<float> returns, lengths;
+    int64_t episodes = 0, frames = 0, frames_to_target = -1;
+    double lag_sum = 0;
+    int64_t lag_count = 0;
+    double Mean(const std::deque<float>& v) const {
+      double sum = 0;
+      for (float r : v) sum += r;
+      return v.empty() ? 0 : sum / double(v.size());
+    }
+  };
+  std::vector<TaskStats> tasks;
+  std::vector<float> popart_stats;  // PopArt: a copy of "popart/stats" for the status
   std::deque<float> returns, lengths;
   // The mean of the window, recomputed from the window itself (a running sum would keep
   // the rounding damage of one huge value forever).
@@ -127,9 +158,13 @@ struct Learner::Impl {
   void ReceiveLoop();
   void TrainLoop();
   void Accept(std::shared_ptr<wire::TrajectoryBatch> b);
+  // A trajectory's task id names a task of the run and its actions are that task's.
+  wire::DropReason CheckTask(const wire::TrajectoryBatch& b, std::string* detail) const;
   void Drop(const std::vector<zmq::message_t>& parts, wire::DropReason reason,
             const std::string& detail);
   void Assemble(const std::vector<UnrollRef>& items, Batch* batch) const;
+  // PopArt: each task's statistics from its valid targets in the batch, then the head rescaled.
+  void UpdatePopArt(const Batch& batch, const Targets<float>& targets);
   // Writes the checkpoint; a failure is also kept for the status (the run's exit code
   // and summary report it).
   bool SaveCheckpoint(std::string* error);
@@ -152,6 +187,10 @@ bool Learner::Start(std::string* error) {
   m.net = net::MakeModelFromConfig(m.cfg, m.shape, error);
   if (!m.net) return false;
   m.layout = m.net->layout();
+  m.num_tasks = wire::NumTasks(m.cfg);
+  m.tasks.assign(size_t(m.num_tasks), {});
+  m.action_limits = wire::TaskActionLimits(m.cfg);
+  if (m.cfg.learner().popart()) m.popart = PopArtSlotsOf(m.layout);
   m.params.assign(m.layout.total_size(), 0.f);
   m.grad.assign(m.layout.total_size(), 0.f);
   const auto& oc = m.cfg.learner().optimizer();
@@ -188,6 +227,7 @@ bool Learner::Start(std::string* error) {
   } else {
     net::InitParams(m.net->spec(), m.cfg.seed(), m.params);
   }
+  if (m.popart) m.popart_stats.assign(m.params.begin() + m.popart->stats, m.params.begin() + m.popart->stats + 2 * m.num_tasks);
   if (const std::string device = m.cfg.learner().device(); device != "cpu") {
     const int index = std::stoi(device.substr(5));  // "cuda:N", checked by the config
     m.gpu = net::cuda::Trainer::Create(m.net->spec(), index, TrainerOptions(m.cfg), error);
@@ -273,6 +313,7 @@ void Learner::Impl::ReceiveLoop() {
       expect.max_episode_length = cfg.env().resolved_spec().max_episode_steps();
       std::string detail;
       wire::DropReason reason = wire::DecodeTrajectory(parts, expect, b.get(), &detail);
+      if (reason == wire::DropReason::kNone) reason = CheckTask(*b, &detail);
       if (reason != wire::DropReason::kNone) {
         Drop(parts, reason, detail);
         continue;
@@ -295,24 +336,67 @@ void Learner::Impl::Drop(const std::vector<zmq::message_t>& parts, wire::DropRea
                wire::DropReasonName(reason), detail.c_str(), wire::LogLimiter::More(unlogged).c_str());
 }
 
+wire::DropReason Learner::Impl::CheckTask(const wire::TrajectoryBatch& b, std::string* detail) const {
+  const int task = b.meta.task_id();
+  if (task < 0 || task >= num_tasks) {
+    *detail = "task id " + std::to_string(task) + ", but the run has " + std::to_string(num_tasks) + " task(s)";
+    return wire::DropReason::kOutOfRange;
+  }
+  const int limit = action_limits[size_t(task)];
+  if (shape.action_kind == wire::ActionKind::kDiscrete && limit < shape.num_actions) {
+    for (int32_t a : b.actions) {
+      if (a >= limit) {
+        *detail = "action " + std::to_string(a) + " in a trajectory of task \"" + wire::TaskName(cfg, task) +
+                  "\", which has " + std::to_string(limit) + " actions";
+        return wire::DropReason::kOutOfRange;
+      }
+    }
+  }
+  return wire::DropReason::kNone;
+}
+
 void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
   {
     std::lock_guard lock(mu);
+    TaskStats& ts = tasks[size_t(b->meta.task_id())];
     for (const auto& ep : b->meta.episodes()) {
-      returns.push_back(ep.episode_return());
-      lengths.push_back(float(ep.length()));
+      for (auto* w : {&returns, &ts.returns}) w->push_back(ep.episode_return());
+      for (auto* w : {&lengths, &ts.lengths}) w->push_back(float(ep.length()));
       if (returns.size() > kReturnWindow) {
         returns.pop_front();
         lengths.pop_front();
       }
+      if (ts.returns.size() > kReturnWindow) {
+        ts.returns.pop_front();
+        ts.lengths.pop_front();
+      }
       ++episodes;
+      ++ts.episodes;
     }
     const auto& stop_cfg = cfg.stop();
     const int64_t frames = b->valid_steps() * frames_per_step;
-    if (frames_to_target < 0 && (stop_cfg.target_return() != 0 || stop_cfg.stop_at_target()) &&
-        returns.size() >= kReturnWindow &&
-        MeanReturn() >= stop_cfg.target_return()) {
-      frames_to_target = self->frames_.load() + frames;
+    const int64_t now = self->frames_.load() + frames;
+    ts.frames += frames;
+    if (cfg.tasks_size() == 0) {
+      if (frames_to_target < 0 && (stop_cfg.target_return() != 0 || stop_cfg.stop_at_target()) &&
+          returns.size() >= kReturnWindow && MeanReturn() >= stop_cfg.target_return()) {
+        frames_to_target = now;
+      }
+      ts.frames_to_target = frames_to_target;
+    } else {
+      // A suite reaches its target when every task with a target has reached its own.
+      const auto& task_cfg = cfg.tasks(b->meta.task_id());
+      if (ts.frames_to_target < 0 && task_cfg.target_return() != 0 && ts.returns.size() >= kReturnWindow &&
+          ts.Mean(ts.returns) >= task_cfg.target_return()) {
+        ts.frames_to_target = now;
+      }
+      bool all = true, any = false;
+      for (int t = 0; t < num_tasks; ++t) {
+        if (cfg.tasks(t).target_return() == 0) continue;
+        any = true;
+        all = all && tasks[size_t(t)].frames_to_target >= 0;
+      }
+      if (frames_to_target < 0 && any && all) frames_to_target = now;
     }
     self->frames_ += frames;
   }
@@ -331,6 +415,29 @@ void Learner::Impl::Assemble(const std::vector<UnrollRef>& items, Batch* batch) 
   for (int b = 0; b < batch->n(); ++b) CopyUnroll(*items[b].batch, items[b].column, b, batch);
 }
 
+void Learner::Impl::UpdatePopArt(const Batch& batch, const Targets<float>& targets) {
+  const int T = batch.T(), B = batch.n();
+  std::vector<double> sum(size_t(num_tasks), 0), square(size_t(num_tasks), 0);
+  std::vector<int64_t> count(size_t(num_tasks), 0);
+  for (int t = 0; t < T; ++t) {
+    for (int b = 0; b < B; ++b) {
+      const size_t i = size_t(t) * B + b;
+      if (!batch.valid[i]) continue;
+      const int k = batch.tasks[size_t(b)];
+      sum[size_t(k)] += targets.vs[i];
+      square[size_t(k)] += double(targets.vs[i]) * targets.vs[i];
+      ++count[size_t(k)];
+    }
+  }
+  for (int k = 0; k < num_tasks; ++k) {
+    if (count[size_t(k)] == 0) continue;
+    const double n = double(count[size_t(k)]);
+    PopArtUpdate(*popart, params.data(), k, sum[size_t(k)] / n, square[size_t(k)] / n, cfg.learner().popart_beta());
+  }
+  std::lock_guard lock(mu);
+  popart_stats.assign(params.begin() + popart->stats, params.begin() + popart->stats + 2 * num_tasks);
+}
+
 void Learner::Impl::TrainLoop() {
   const auto& lc = cfg.learner();
   const int B = lc.batch_size(), T = cfg.actors().unroll_length();
@@ -338,6 +445,7 @@ void Learner::Impl::TrainLoop() {
   const double lr0 = lc.optimizer().learning_rate();
   const double total_frames = double(cfg.stop().total_env_frames());
   Batch batch, next_batch;
+  Targets<float> targets;  // PopArt: the step's value targets
   batch.Resize(T, B, shape);
   next_batch.Resize(T, B, shape);
   bool next_staged = false;  // CUDA: next_batch is staged on the device already
@@ -384,9 +492,12 @@ void Learner::Impl::TrainLoop() {
       Assemble(items, &batch);
       items.clear();  // release the received batches
       std::fill(grad.begin(), grad.end(), 0.f);
-      st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data());
+      st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data(), popart ? &targets : nullptr);
       norm = ClipGlobalNorm(grad, lc.max_grad_norm());
-      if (std::isfinite(st.total) && std::isfinite(norm)) rms->Step(params, grad, lr);
+      if (std::isfinite(st.total) && std::isfinite(norm)) {
+        rms->Step(params, grad, lr);
+        if (popart) UpdatePopArt(batch, targets);
+      }
     }
     if (!std::isfinite(st.total) || !std::isfinite(norm)) {
       // Never applied (the CUDA step leaves the parameters alone too): count it, say it
@@ -409,6 +520,9 @@ void Learner::Impl::TrainLoop() {
         lag_sum += double(lag);
         ++lag_count;
         lag_max = std::max(lag_max, lag);
+        TaskStats& ts = tasks[size_t(batch.tasks[b])];
+        ts.lag_sum += double(lag);
+        ++ts.lag_count;
       }
       last_loss = st;
       last_grad_norm = norm;
@@ -497,6 +611,23 @@ void Learner::FillStatus(wire::Status* s) {
   s->set_train_seconds(m.train_seconds);
   s->set_receive_wait_s(m.receive_wait_s);
   s->set_skipped_steps(m.skipped_steps);
+  s->clear_tasks();
+  for (int t = 0; t < m.num_tasks; ++t) {
+    auto& ts = m.tasks[size_t(t)];
+    wire::TaskStatus* out = s->add_tasks();
+    out->set_task(t);
+    out->set_episodes(ts.episodes);
+    out->set_mean_return_100(ts.Mean(ts.returns));
+    out->set_returns_counted(int(ts.returns.size()));
+    out->set_mean_episode_length_100(ts.Mean(ts.lengths));
+    out->set_env_frames(ts.frames);
+    out->set_policy_lag_mean(ts.lag_count ? ts.lag_sum / double(ts.lag_count) : 0);
+    out->set_frames_to_target(ts.frames_to_target);
+    ts.lag_sum = 0;
+    ts.lag_count = 0;
+    out->set_popart_mean(m.popart ? m.popart_stats[size_t(t)] : 0);
+    out->set_popart_scale(m.popart ? m.popart_stats[size_t(m.num_tasks + t)] : 1);
+  }
 }
 
 }  // namespace stampede::learner

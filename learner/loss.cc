@@ -10,23 +10,55 @@ namespace stampede::learner {
 namespace {
 template <class S>
 struct Forwarded {
-  std::vector<S> policy;  // [(T+1) * B, P]
-  std::vector<S> values;  // [(T+1) * B]
+  std::vector<S> policy;  // [(T+1) * B, P], masked per task
+  std::vector<S> raw;     // [(T+1) * B, V]: the network's value outputs
+  std::vector<S> values;  // [(T+1) * B]: each unroll's task's value, unnormalised
+  std::vector<S> mean, scale;  // [B]: PopArt statistics of each unroll's task (0, 1 when off)
+  int V = 1;
 };
 
 template <class S>
-Forwarded<S> RunNet(net::Model<S>& net, const S* params, const Batch& batch) {
-  const int T1 = batch.T() + 1, B = batch.n();
+Forwarded<S> RunNet(net::Model<S>& net, const S* params, const Batch& batch, const LossOptions& opt) {
+  const int T1 = batch.T() + 1, B = batch.n(), P = net.policy_size();
   Forwarded<S> f;
-  f.policy.resize(size_t(T1) * B * net.policy_size());
-  f.values.resize(size_t(T1) * B);
+  f.V = net.num_values();
+  f.policy.resize(size_t(T1) * B * P);
+  f.raw.resize(size_t(T1) * B * f.V);
   std::vector<uint8_t> first;
   batch.EpisodeStarts(&first);
   const std::vector<S> state(batch.initial_core_state.begin(), batch.initial_core_state.end());
   const void* obs = batch.uint8_obs() ? static_cast<const void*>(batch.observations_u8.data())
                                       : static_cast<const void*>(batch.observations.data());
   net.Forward(params, obs, T1, B, first.data(), state.empty() ? nullptr : state.data(),
-              f.policy.data(), f.values.data());
+              f.policy.data(), f.raw.data());
+  auto task = [&](int b) { return batch.tasks.empty() ? 0 : batch.tasks[size_t(b)]; };
+  if (!opt.action_limits.empty()) {
+    for (int b = 0; b < B; ++b) {
+      const int limit = opt.action_limits[size_t(task(b))];
+      if (limit >= P) continue;
+      for (int t = 0; t < T1; ++t) {
+        S* row = &f.policy[(size_t(t) * B + b) * P];
+        std::fill(row + limit, row + P, S(net::kMaskedLogit));
+      }
+    }
+  }
+  f.mean.assign(B, S(0));
+  f.scale.assign(B, S(1));
+  if (opt.popart) {
+    const auto& stats = net.layout().Find("popart/stats");
+    for (int b = 0; b < B; ++b) {
+      f.mean[b] = params[stats.offset + task(b)];
+      f.scale[b] = params[stats.offset + f.V + task(b)];
+    }
+  }
+  f.values.resize(size_t(T1) * B);
+  for (int t = 0; t < T1; ++t) {
+    for (int b = 0; b < B; ++b) {
+      const size_t i = size_t(t) * B + b;
+      const int k = f.V == 1 ? 0 : task(b);
+      f.values[i] = f.scale[b] * f.raw[i * f.V + k] + f.mean[b];
+    }
+  }
   return f;
 }
 
@@ -68,6 +100,11 @@ Targets<S> TargetsFrom(net::Model<S>& net, const Forwarded<S>& f, const Batch& b
   VTraceFromLogRhos(T, B, log_rhos.data(), tg.discounts.data(), tg.rewards.data(),
                     f.values.data(), f.values.data() + TB, opt.vtrace, tg.vs.data(),
                     tg.pg_advantages.data());
+  if (opt.popart) {
+    // Advantages in the task's normalised units (Hessel et al. 2019, eq. 9).
+    for (int i = 0; i < TB; ++i) tg.pg_advantages[i] /= f.scale[i % B];
+  }
+  tg.values.assign(f.values.begin(), f.values.begin() + TB);
   return tg;
 }
 
@@ -78,7 +115,8 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
   const int T = batch.T(), B = batch.n(), TB = T * B;
   const net::PolicyShape& pol = net.spec().policy;
   const int P = pol.output_size(), K = pol.action_size();
-  std::vector<S> dpolicy(size_t(TB + B) * P, S(0)), dvalues(TB + B, S(0));
+  const int V = f.V;
+  std::vector<S> dpolicy(size_t(TB + B) * P, S(0)), dvalues(size_t(TB + B) * V, S(0));
   float action[net::kMaxActionComponents];
   LossStats st;
   double entropy_sum = 0;
@@ -91,11 +129,14 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
     const double adv = double(tg.pg_advantages[i]);
     st.pg_loss += -adv * net::PolicyLogProb(pol, out, action);
     entropy_sum += net::PolicyEntropy(pol, out);
-    const double err = double(f.values[i]) - double(tg.vs[i]);
+    // PopArt: the error of the normalised output against the normalised target.
+    const int b = i % B, k = V == 1 ? 0 : batch.tasks[size_t(b)];
+    const double err = opt.popart ? double(f.raw[size_t(i) * V + k]) - (double(tg.vs[i]) - f.mean[b]) / f.scale[b]
+                                  : double(f.values[i]) - double(tg.vs[i]);
     st.baseline_loss += 0.5 * err * err;
     // d(-adv log pi(a) - entropy_cost H) / d outputs
     net::PolicyGrad(pol, out, action, -adv, -opt.entropy_cost, &dpolicy[size_t(i) * P]);
-    dvalues[i] = S(opt.baseline_cost * err);
+    dvalues[size_t(i) * V + k] = S(opt.baseline_cost * err);
   }
   st.baseline_loss *= opt.baseline_cost;
   st.entropy = counted ? entropy_sum / double(counted) : 0;
@@ -108,19 +149,19 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
 template <class S>
 Targets<S> ComputeTargets(net::Model<S>& net, const S* params, const Batch& batch,
                           const LossOptions& opt) {
-  return TargetsFrom(net, RunNet(net, params, batch), batch, opt);
+  return TargetsFrom(net, RunNet(net, params, batch, opt), batch, opt);
 }
 
 template <class S>
 LossStats LossAndGrad(net::Model<S>& net, const S* params, const Batch& batch,
                       const Targets<S>& targets, const LossOptions& opt, S* grad) {
-  return GradFrom(net, params, RunNet(net, params, batch), batch, targets, opt, grad);
+  return GradFrom(net, params, RunNet(net, params, batch, opt), batch, targets, opt, grad);
 }
 
 template <class S>
 LossStats ComputeLossAndGrad(net::Model<S>& net, const S* params, const Batch& batch,
                              const LossOptions& opt, S* grad, Targets<S>* targets_out) {
-  const Forwarded<S> f = RunNet(net, params, batch);
+  const Forwarded<S> f = RunNet(net, params, batch, opt);
   Targets<S> tg = TargetsFrom(net, f, batch, opt);
   LossStats st = GradFrom(net, params, f, batch, tg, opt, grad);
   if (targets_out != nullptr) *targets_out = std::move(tg);

@@ -21,6 +21,12 @@ struct LossOptions {
   bool bootstrap_on_truncation = true;
   double reward_clip = 0;  // > 0: rewards clipped to [-reward_clip, reward_clip]
   double reward_scale = 1;  // then multiplied by this
+  // Actions of each task (batch.tasks indexes it); a task's policy outputs at and above
+  // its limit are masked (probability zero). Empty: no masks.
+  std::vector<int> action_limits;
+  // PopArt: the network's values are normalised, one output per task; targets and
+  // advantages use the statistics in the parameters' "popart/stats" tensor.
+  bool popart = false;
 };
 
 template <class S>
@@ -29,6 +35,7 @@ struct Targets {
   std::vector<S> pg_advantages;  // [T, B]
   std::vector<S> discounts;      // [T, B]
   std::vector<S> rewards;        // [T, B], with truncation bootstraps folded in
+  std::vector<S> values;         // [T, B]: the (unnormalised) values they came from
 };
 
 struct LossStats {

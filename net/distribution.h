@@ -24,6 +24,9 @@ namespace stampede::net {
 enum class PolicyKind : int { kCategorical = 1, kMultiDiscrete = 2, kGaussian = 3 };
 
 constexpr int kMaxActionComponents = 64;  // multi-discrete components / box dimensions
+// The logit of an action a task does not have: exp() of it is exactly zero, and it stays
+// finite, so entropies and gradients (zero for it) stay finite too.
+constexpr float kMaskedLogit = -1e9f;
 
 // The head's shape. For categorical, num_components = 1 and nvec[0] = A.
 struct PolicyShape {

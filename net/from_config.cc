@@ -4,6 +4,7 @@
 
 #include "wire/config.h"
 #include "wire/config.pb.h"
+#include "wire/tasks.h"
 #include "wire/unrolls.h"
 
 namespace stampede::net {
@@ -17,6 +18,8 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
   spec.activation = cfg.net().activation() == "tanh" ? Activation::kTanh : Activation::kRelu;
   spec.fc_size = cfg.net().fc_size();
   spec.lstm_size = cfg.net().lstm_size();
+  spec.popart = cfg.learner().popart();
+  spec.num_values = spec.popart ? wire::NumTasks(cfg) : 1;
   switch (shape.action_kind) {
     case wire::ActionKind::kDiscrete:
       spec.policy = CategoricalPolicy(shape.num_actions);

@@ -119,7 +119,8 @@ class CpuModel : public Model<S> {
     head_outputs_ = gaussian ? spec_.policy.num_components : spec_.policy.output_size();
     policy_ = MakeDense<S>(&layout_, "policy", feature_, head_outputs_);
     if (gaussian) log_std_ = layout_.Add("policy/log_std", {spec_.policy.num_components});
-    baseline_ = MakeDense<S>(&layout_, "baseline", feature_, 1);
+    baseline_ = MakeDense<S>(&layout_, "baseline", feature_, spec_.num_values);
+    if (spec_.popart) layout_.Add("popart/stats", {2, spec_.num_values});
     acts_.resize(torso_.size() + 1);
   }
   const ModelSpec& spec() const override { return spec_; }
@@ -257,6 +258,7 @@ std::string ModelSpec::Check() const {
   }
   if (IsCnn(torso) && fc_size <= 0) return "net.fc_size: must be positive";
   if (lstm_size < 0) return "net.lstm_size: must be 0 (no core) or positive";
+  if (num_values < 1 || (!popart && num_values != 1)) return "the value head needs 1 output (one per task with PopArt)";
   if (policy.num_components < 1 || policy.num_components > kMaxActionComponents) {
     return "the action space has " + std::to_string(policy.num_components) +
            " components, expected 1 to " + std::to_string(kMaxActionComponents);
@@ -280,6 +282,10 @@ void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params) {
   std::mt19937_64 rng(seed);
   std::fill(params.begin(), params.end(), 0.f);
   for (const auto& t : layout.tensors()) {
+    if (t.name == "popart/stats") {  // mean 0, scale 1
+      for (int k = 0; k < t.shape[1]; ++k) params[t.offset + t.shape[1] + k] = 1.f;
+      continue;
+    }
     if (t.name == "core/b") {  // forget gates start open
       const int H = t.shape[0] / 4;
       for (int j = H; j < 2 * H; ++j) params[t.offset + j] = 1.f;

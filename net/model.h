@@ -31,6 +31,11 @@ struct ModelSpec {
   int fc_size = 256;                      // CNN torsos
   int lstm_size = 0;                      // 0: no core
   PolicyShape policy;
+  // Value outputs per row: 1, or one per task with PopArt (values are [n, num_values],
+  // normalised; the tensor "popart/stats" [2, num_values] holds each output's mean and
+  // scale, which the network itself does not use).
+  int num_values = 1;
+  bool popart = false;
 
   int obs_size() const;
   // Empty when the spec builds a network, else what is wrong (names the field).
@@ -59,6 +64,7 @@ class Model {
   int policy_size() const { return spec().policy.output_size(); }
   // Floats of recurrent state per row (0 without a core): [h, c].
   int state_size() const { return 2 * spec().lstm_size; }
+  int num_values() const { return spec().num_values; }
   // Floating-point operations of one row's forward pass (multiply-add = 2; convolutions,
   // dense layers and the LSTM's products; elementwise work not counted).
   virtual double ForwardFlops() const = 0;
@@ -66,7 +72,7 @@ class Model {
   // Acting: one step of n rows. `obs` is n observations in the spec's dtype; the rows
   // whose `first` is set (may be null: none) start from a zero state, the others from
   // state_in [n, state_size]. Writes state_out (may alias state_in, may be null),
-  // policy outputs [n, policy_size] and values [n] (either may be null).
+  // policy outputs [n, policy_size] and values [n, num_values] (either may be null).
   virtual void Step(const S* params, const void* obs, int n, const uint8_t* first,
                     const S* state_in, S* state_out, S* policy, S* values) = 0;
 

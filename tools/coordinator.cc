@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <caf/all.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +28,8 @@
 #include "wire/config.h"
 #include "wire/auth.h"
 #include "wire/durable_file.h"
+#include "wire/tasks.h"
+#include "wire/tensorboard.h"
 #include "wire/log_limit.h"
 #include "wire/zmq_util.h"
 
@@ -147,6 +150,11 @@ struct SupervisorState {
   Clock::time_point pending_since;
   std::string stop_reason;
   std::string checkpoint_error;  // a failed checkpoint write reported by the learner
+  // Per task: frames at which it reached its target (-1: not yet), and the best
+  // full-window mean return seen.
+  std::vector<int64_t> task_reached;
+  int progress_rows = 0;
+  wire::TensorBoardWriter tb;  // RUN_DIR/tb
 };
 
 using Supervisor = caf::stateful_actor<SupervisorState>;
@@ -214,6 +222,81 @@ pid_t Spawn(SupervisorState& st, wire::Role role, int index) {
 
 void Progress(SupervisorState& st, Clock::time_point now);
 
+// A target as the config gave it (0.85, not 0.8 or 0.850000).
+std::string FormatTarget(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// A 100-episode mean return, or "–" before the first episode has ended.
+std::string ReturnText(double mean, int counted) {
+  if (counted <= 0) return "\u2013";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", mean);
+  return buf;
+}
+
+// Per task from the newest learner status: name -> episodes, mean_return_100,
+// returns_counted, env_frames, policy_lag_mean, frames_to_target (and normalised_score
+// where the task gives random and reference scores).
+nlohmann::json TasksJson(const SupervisorState& st) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& ts : st.learner.tasks()) {
+    if (ts.task() < 0 || ts.task() >= wire::NumTasks(st.cfg)) continue;
+    nlohmann::json t = {{"episodes", ts.episodes()},
+                        {"mean_return_100", ts.mean_return_100()},
+                        {"returns_counted", ts.returns_counted()},
+                        {"mean_episode_length_100", ts.mean_episode_length_100()},
+                        {"env_frames", ts.env_frames()},
+                        {"policy_lag_mean", ts.policy_lag_mean()},
+                        {"frames_to_target", ts.frames_to_target()}};
+    if (st.cfg.learner().popart()) {
+      t["popart_mean"] = ts.popart_mean();
+      t["popart_scale"] = ts.popart_scale();
+    }
+    if (st.cfg.tasks_size() > 0) {
+      const double norm = wire::NormalisedScore(st.cfg.tasks(ts.task()), ts.mean_return_100());
+      if (!std::isnan(norm) && ts.returns_counted() > 0) t["normalised_score"] = norm;
+    }
+    j[wire::TaskName(st.cfg, ts.task())] = t;
+  }
+  return j;
+}
+
+// Mean and median normalised score over the tasks that have one (NaN if none does).
+std::pair<double, double> NormalisedAggregate(const SupervisorState& st) {
+  std::vector<double> v;
+  for (const auto& ts : st.learner.tasks()) {
+    if (st.cfg.tasks_size() == 0 || ts.task() < 0 || ts.task() >= st.cfg.tasks_size() || ts.returns_counted() == 0) continue;
+    const double norm = wire::NormalisedScore(st.cfg.tasks(ts.task()), ts.mean_return_100());
+    if (!std::isnan(norm)) v.push_back(norm);
+  }
+  if (v.empty()) return {std::nan(""), std::nan("")};
+  std::sort(v.begin(), v.end());
+  double mean = 0;
+  for (double x : v) mean += x;
+  mean /= double(v.size());
+  const size_t n = v.size();
+  const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return {mean, median};
+}
+
+// The per-task table at the end of a suite's run.
+void PrintTaskTable(const SupervisorState& st) {
+  std::printf("%-20s %10s %8s %12s %10s\n", "task", "return(100)", "episodes", "frames", "normalised");
+  for (const auto& ts : st.learner.tasks()) {
+    if (ts.task() < 0 || ts.task() >= st.cfg.tasks_size()) continue;
+    const double norm = wire::NormalisedScore(st.cfg.tasks(ts.task()), ts.mean_return_100());
+    std::printf("%-20s %10s %8lld %12lld %10s\n", st.cfg.tasks(ts.task()).name().c_str(),
+                ReturnText(ts.mean_return_100(), ts.returns_counted()).c_str(), (long long)ts.episodes(),
+                (long long)ts.env_frames(),
+                std::isnan(norm) || ts.returns_counted() == 0 ? "\u2013" : FormatTarget(std::round(norm * 1000) / 1000).c_str());
+  }
+  const auto [mean, median] = NormalisedAggregate(st);
+  if (!std::isnan(mean)) std::printf("normalised score: mean %.3f, median %.3f\n", mean, median);
+}
+
 void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
   auto& st = self->state;
   if (st.stopping) return;
@@ -265,17 +348,30 @@ void Finish(Supervisor* self) {
   if (st.forged_statuses > 0) summary["forged_statuses"] = st.forged_statuses;
   if (st.implausible_statuses > 0) summary["implausible_statuses"] = st.implausible_statuses;
   if (!st.refused.empty() || (st.zap && st.zap->rejected() > 0)) summary["refused"] = RefusedJson(st);
+  summary["tasks"] = TasksJson(st);
+  if (st.cfg.tasks_size() > 0) {
+    summary.erase("mean_return_100");  // over a mix of scales: meaningless in a suite
+    const auto [mean, median] = NormalisedAggregate(st);
+    if (!std::isnan(mean)) {
+      summary["mean_normalised_score"] = mean;
+      summary["median_normalised_score"] = median;
+    }
+  }
   WriteRunFile(st.cfg.run_dir() + "/summary.json", summary.dump(2) + "\n");
   if (!st.opt.quiet) {
-    std::printf("stampede: done in %.1f s: %s frames (%s/s), %lld learner steps, mean return(100) %.2f",
-                r.wall_seconds, Human(double(r.env_frames)).c_str(),
-                Human(fps).c_str(),
-                r.learner_steps, r.mean_return_100);
+    std::printf("stampede: done in %.1f s: %s frames (%s/s), %lld learner steps", r.wall_seconds,
+                Human(double(r.env_frames)).c_str(), Human(fps).c_str(), r.learner_steps);
+    if (st.cfg.tasks_size() == 0) {
+      std::printf(", mean return(100) %s", ReturnText(r.mean_return_100, st.learner.returns_counted()).c_str());
+    }
     if (r.frames_to_target >= 0) {
-      std::printf("; target %.1f reached at %lld frames, %.1f s", st.cfg.stop().target_return(),
+      std::printf("; target %s reached at %lld frames, %.1f s",
+                  st.cfg.tasks_size() > 0 ? "of every task" : FormatTarget(st.cfg.stop().target_return()).c_str(),
                   r.frames_to_target, r.seconds_to_target);
     }
-    std::printf("\nstampede: run directory %s\n", st.cfg.run_dir().c_str());
+    std::printf("\n");
+    if (st.cfg.tasks_size() > 0) PrintTaskTable(st);
+    std::printf("stampede: run directory %s\n", st.cfg.run_dir().c_str());
     std::fflush(stdout);
   }
   st.done->store(true);
@@ -428,13 +524,36 @@ void ApplyLearnerStatus(Supervisor* self, const wire::Status& s) {
   st.lag_max_acc = std::max(st.lag_max_acc, s.policy_lag_max());
   RunResult& r = *st.result;
   const auto& stop = st.cfg.stop();
-  const bool target_set = stop.target_return() != 0 || stop.stop_at_target();
+  const bool suite = st.cfg.tasks_size() > 0;
+  bool target_set = stop.target_return() != 0 || stop.stop_at_target();
+  for (const auto& t : st.cfg.tasks()) target_set = target_set || t.target_return() != 0;
+  if (suite) {
+    for (const auto& ts : s.tasks()) {
+      const size_t k = size_t(ts.task());
+      if (k >= st.task_reached.size() || st.task_reached[k] >= 0 || ts.frames_to_target() < 0) continue;
+      st.task_reached[k] = ts.frames_to_target();
+      if (!st.opt.quiet) {
+        std::printf("stampede: task %s: mean return(100) reached its target %s at %lld frames of its own\n",
+                    wire::TaskName(st.cfg, int(k)).c_str(), FormatTarget(st.cfg.tasks(int(k)).target_return()).c_str(),
+                    (long long)ts.env_frames());
+        std::fflush(stdout);
+      }
+      Event(st, "task_target_reached", {{"task", wire::TaskName(st.cfg, int(k))},
+                                        {"mean_return_100", ts.mean_return_100()},
+                                        {"task_env_frames", ts.env_frames()}});
+    }
+  }
   if (target_set && r.frames_to_target < 0 && s.frames_to_target() > 0) {
     r.frames_to_target = s.frames_to_target();
     r.seconds_to_target = std::chrono::duration<double>(Clock::now() - st.start).count();
     if (!st.opt.quiet) {
-      std::printf("stampede: mean return(100) reached the target %.2f at %lld frames (%.1f s)\n",
-                  stop.target_return(), (long long)r.frames_to_target, r.seconds_to_target);
+      if (suite) {
+        std::printf("stampede: every task with a target reached it by %lld frames (%.1f s)\n",
+                    (long long)r.frames_to_target, r.seconds_to_target);
+      } else {
+        std::printf("stampede: mean return(100) reached the target %s at %lld frames (%.1f s)\n",
+                    FormatTarget(stop.target_return()).c_str(), (long long)r.frames_to_target, r.seconds_to_target);
+      }
       std::fflush(stdout);
     }
     Event(st, "target_reached", {{"mean_return_100", s.mean_return_100()},
@@ -510,15 +629,32 @@ void Progress(SupervisorState& st, Clock::time_point now) {
   int actors_alive = 0;
   for (auto& [pid, c] : st.children) actors_alive += c.role == wire::ROLE_ACTOR;
   const auto [actor_frames, actor_wait] = ActorTotals(st);
+  const bool suite = st.cfg.tasks_size() > 0;
+  const auto [norm_mean, norm_median] = NormalisedAggregate(st);
   if (!st.opt.quiet) {
-    std::printf("[%7.1fs] frames %s (%s/s) | episodes %lld | return(100) %.2f | steps %lld | "
+    // A suite's line shows the normalised mean (its returns have different scales).
+    std::string score = suite ? (std::isnan(norm_mean) ? "" : "norm.score " + FormatTarget(std::round(norm_mean * 100) / 100) + " | ")
+                              : "return(100) " + ReturnText(s.mean_return_100(), s.returns_counted()) + " | ";
+    std::printf("[%7.1fs] frames %s (%s/s) | episodes %lld | %ssteps %lld | "
                 "lag %.1f/%lld | queue %d | dropped %lld | actors %d\n",
                 elapsed, Human(double(s.env_frames())).c_str(), Human(fps).c_str(),
-                (long long)s.episodes(), s.mean_return_100(), (long long)s.learner_steps(),
+                (long long)s.episodes(), score.c_str(), (long long)s.learner_steps(),
                 lag_mean, (long long)st.lag_max_acc, s.queue_depth(),
                 (long long)s.dropped_trajectories(), actors_alive);
+    const int every = st.cfg.suite().task_lines_every();
+    if (suite && every > 0 && st.progress_rows % every == 0) {
+      std::string line = "          tasks:";
+      for (const auto& ts : s.tasks()) {
+        if (ts.task() < 0 || ts.task() >= st.cfg.tasks_size()) continue;
+        line += " " + st.cfg.tasks(ts.task()).name() + " " + ReturnText(ts.mean_return_100(), ts.returns_counted()) +
+                " (" + std::to_string(ts.episodes()) + " ep) |";
+      }
+      line.resize(line.size() - 2);
+      std::printf("%s\n", line.c_str());
+    }
     std::fflush(stdout);
   }
+  ++st.progress_rows;
   nlohmann::json row = {{"wall_time", UnixTime()},
                         {"elapsed_s", elapsed},
                         {"env_frames", s.env_frames()},
@@ -553,8 +689,46 @@ void Progress(SupervisorState& st, Clock::time_point now) {
     for (const auto& [reason, n] : s.dropped_by_reason()) by_reason[reason] = n;
     row["dropped_by_reason"] = by_reason;
   }
+  row["tasks"] = TasksJson(st);
+  if (suite && !std::isnan(norm_mean)) {
+    row["mean_normalised_score"] = norm_mean;
+    row["median_normalised_score"] = norm_median;
+  }
   st.metrics << row.dump() << "\n";
   st.metrics.flush();
+  if (st.tb.is_open()) {
+    // TensorBoard: the same figures, with env frames as the step.
+    std::vector<std::pair<std::string, double>> scalars = {
+        {"frames_per_s", fps},
+        {"learner/steps", double(s.learner_steps())},
+        {"loss/pg", s.pg_loss()},
+        {"loss/baseline", s.baseline_loss()},
+        {"loss/entropy", s.entropy()},
+        {"learner/grad_norm", s.grad_norm()},
+        {"learner/learning_rate", s.learning_rate()},
+        {"policy_lag/mean", lag_mean},
+        {"policy_lag/max", double(st.lag_max_acc)},
+        {"queue/depth", double(s.queue_depth())},
+        {"queue/learner_receive_wait_s", s.receive_wait_s()},
+        {"queue/actor_send_wait_s", actor_wait},
+        {"dropped_trajectories", double(s.dropped_trajectories())}};
+    if (!suite && s.returns_counted() > 0) scalars.push_back({"return_100", s.mean_return_100()});
+    for (const auto& ts : s.tasks()) {
+      if (ts.task() < 0 || ts.task() >= wire::NumTasks(st.cfg) || ts.returns_counted() == 0) continue;
+      const std::string name = wire::TaskName(st.cfg, ts.task());
+      scalars.push_back({"return_100/" + name, ts.mean_return_100()});
+      scalars.push_back({"policy_lag/" + name, ts.policy_lag_mean()});
+      if (suite) {
+        const double norm = wire::NormalisedScore(st.cfg.tasks(ts.task()), ts.mean_return_100());
+        if (!std::isnan(norm)) scalars.push_back({"normalised_score/" + name, norm});
+      }
+    }
+    if (suite && !std::isnan(norm_mean)) {
+      scalars.push_back({"normalised_score/mean", norm_mean});
+      scalars.push_back({"normalised_score/median", norm_median});
+    }
+    st.tb.WriteScalars(s.env_frames(), UnixTime(), scalars);
+  }
   st.last_tick = now;
   st.last_frames = s.env_frames();
   st.lag_mean_acc = 0;
@@ -849,6 +1023,13 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       st.self_exe = SelfExe();
       st.config_path = config_path;
       st.metrics.open(cfg.run_dir() + "/metrics.jsonl", std::ios::app);
+      st.task_reached.assign(size_t(wire::NumTasks(cfg)), -1);
+      {
+        std::string tb_error;
+        if (!st.tb.Open(cfg.run_dir() + "/tb", &tb_error)) {
+          std::fprintf(stderr, "stampede: WARNING: no TensorBoard events: %s\n", tb_error.c_str());
+        }
+      }
       st.result = &result;
       st.done = done;
       st.curve = curve != nullptr;

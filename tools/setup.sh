@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian package the Stampede build needs and makes the project's Python
-# venv (.venv: gymnasium, ale-py with its ROMs, minatar, numpy) for gymnasium and Atari
+# venv (.venv: gymnasium, ale-py with its ROMs, minatar, numpy, matplotlib, tensorboard) for gymnasium and Atari
 # envs. Idempotent: when everything is present it changes nothing and does not touch
 # the network. STAMPEDE_NO_VENV=1 skips the venv (the C++ envs do not need it).
 set -euo pipefail
@@ -29,9 +29,11 @@ fi
 [ "${STAMPEDE_NO_VENV:-0}" = 1 ] && exit 0
 # The venv must be made by the Python that the actors embed (Debian's libpython3), not
 # by another python3 earlier on PATH.
-python_packages=(gymnasium==1.4.0 ale-py==0.12.1 minatar==1.0.15 numpy)
+# matplotlib draws the suite reports' curves; tensorboard's reader checks the event files
+# the coordinator writes (tests/report_test.cc).
+python_packages=(gymnasium==1.4.0 ale-py==0.12.1 minatar==1.0.15 numpy matplotlib tensorboard)
 venv=.venv
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import gymnasium, ale_py, minatar, numpy" 2>/dev/null; then
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import gymnasium, ale_py, minatar, numpy, matplotlib, tensorboard" 2>/dev/null; then
   echo "setup: venv $venv ready"
   exit 0
 fi

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,22 +19,49 @@
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "wire/config.h"
+#include "wire/tasks.h"
 #include "wire/trajectory.h"
 
 namespace stampede::tools {
 
 int RunSpecCommand(const config::Config& cfg) {
-  const envs::EnvSource source = actors::EnvSourceFromConfig(cfg);
-  envs::EnvSpec spec;
   std::string error;
   int code = 0;
-  if (!envs::ResolveSpec(source, &spec, &error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    code = 2;
+  if (cfg.tasks_size() == 0) {
+    envs::EnvSpec spec;
+    if (!envs::ResolveSpec(actors::EnvSourceFromConfig(cfg), &spec, &error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      code = 2;
+    } else {
+      std::string text;
+      google::protobuf::TextFormat::PrintToString(actors::SpecToProto(spec), &text);
+      std::fputs(text.c_str(), stdout);
+    }
   } else {
-    std::string text;
-    google::protobuf::TextFormat::PrintToString(actors::SpecToProto(spec), &text);
-    std::fputs(text.c_str(), stdout);
+    // A suite: each task's spec, then the joint one the network is built for.
+    config::Config resolved = cfg;
+    for (int t = 0; t < cfg.tasks_size() && code == 0; ++t) {
+      envs::EnvSpec spec;
+      if (!envs::ResolveSpec(actors::EnvSourceFromConfig(wire::TaskEnvConfig(cfg, t)), &spec, &error)) {
+        std::fprintf(stderr, "task \"%s\": %s\n", cfg.tasks(t).name().c_str(), error.c_str());
+        code = 2;
+        break;
+      }
+      *resolved.mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
+      std::string text;
+      google::protobuf::TextFormat::PrintToString(actors::SpecToProto(spec), &text);
+      std::printf("# task %s\n%s", cfg.tasks(t).name().c_str(), text.c_str());
+    }
+    config::EnvSpec joint;
+    if (code == 0 && !wire::JoinTaskSpecs(resolved, &joint, &error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      code = 2;
+    } else if (code == 0) {
+      std::string text;
+      google::protobuf::TextFormat::PrintToString(joint, &text);
+      std::printf("# joint (suite.obs_rule \"%s\"; actions masked per task)\n%s", cfg.suite().obs_rule().c_str(),
+                  text.c_str());
+    }
   }
   std::fflush(stdout);
   std::fflush(stderr);
@@ -51,10 +79,10 @@ std::string ReadAll(const std::string& path) {
 }
 }  // namespace
 
-bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::string* error) {
-  config::EnvConfig* env = cfg->mutable_env();
-  if (!env->plugin().empty()) env->set_plugin(std::filesystem::absolute(env->plugin()).string());
-  env->clear_resolved_spec();
+namespace {
+// Resolves the one env of `one` (a config without tasks) in a child process.
+bool ResolveOne(const std::string& self_exe, config::Config one, config::EnvSpec* out, std::string* error) {
+  one.mutable_env()->clear_resolved_spec();
   char dir_template[] = "/tmp/stampede-spec-XXXXXX";
   if (::mkdtemp(dir_template) == nullptr) {
     *error = "cannot make a temporary directory to resolve the env spec";
@@ -63,21 +91,21 @@ bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::strin
   const std::string dir = dir_template;
   const std::string config_path = dir + "/config.textproto", out_path = dir + "/spec.textproto",
                     err_path = dir + "/stderr.txt";
-  std::ofstream(config_path) << ConfigToText(*cfg);
+  std::ofstream(config_path) << ConfigToText(one);
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0) ::_exit(126);
-    ::dup2(out, 1);
-    ::dup2(err, 2);
+    const int out_fd = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err_fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out_fd < 0 || err_fd < 0) ::_exit(126);
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
     ::execl(self_exe.c_str(), self_exe.c_str(), "spec", config_path.c_str(), (char*)nullptr);
     ::_exit(127);
   }
   int status = 0;
   while (pid > 0 && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  const std::string out = ReadAll(out_path), err = ReadAll(err_path);
+  const std::string text = ReadAll(out_path), err = ReadAll(err_path);
   std::filesystem::remove_all(dir);
   if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::string why = err;
@@ -86,16 +114,54 @@ bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::strin
       why = WIFSIGNALED(status) ? "the env crashed (signal " + std::to_string(WTERMSIG(status)) + ")"
                                 : "`stampede spec` failed with exit code " + std::to_string(WEXITSTATUS(status));
     }
-    *error = "env: cannot resolve the env's spec: " + why;
+    *error = "cannot resolve the env's spec: " + why;
     return false;
   }
-  if (!google::protobuf::TextFormat::ParseFromString(out, env->mutable_resolved_spec())) {
-    *error = "env: `stampede spec` printed an unreadable spec:\n" + out;
+  if (!google::protobuf::TextFormat::ParseFromString(text, out)) {
+    *error = "`stampede spec` printed an unreadable spec:\n" + text;
     return false;
   }
+  config::Config with = one;
+  *with.mutable_env()->mutable_resolved_spec() = *out;
+  wire::StepShape shape;
+  return ResolvedStepShape(with, &shape, error);
+}
+
+void AbsolutePlugin(config::EnvConfig* env) {
+  if (!env->plugin().empty()) env->set_plugin(std::filesystem::absolute(env->plugin()).string());
+}
+}  // namespace
+
+bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::string* error) {
+  if (cfg->tasks_size() == 0) {
+    AbsolutePlugin(cfg->mutable_env());
+    config::EnvSpec spec;
+    if (!ResolveOne(self_exe, *cfg, &spec, error)) {
+      *error = "env: " + *error;
+      return false;
+    }
+    *cfg->mutable_env()->mutable_resolved_spec() = spec;
+    return true;
+  }
+  // A suite: every task's env on its own, then the joint spec the network is built for.
+  for (int t = 0; t < cfg->tasks_size(); ++t) {
+    config::EnvConfig* env = cfg->mutable_tasks(t)->mutable_env();
+    AbsolutePlugin(env);
+    config::Config one = wire::TaskEnvConfig(*cfg, t);
+    one.clear_tasks();
+    config::EnvSpec spec;
+    if (!ResolveOne(self_exe, one, &spec, error)) {
+      *error = "task \"" + cfg->tasks(t).name() + "\": " + *error;
+      return false;
+    }
+    *env->mutable_resolved_spec() = spec;
+  }
+  config::EnvSpec joint;
+  if (!wire::JoinTaskSpecs(*cfg, &joint, error)) return false;
+  *cfg->mutable_env()->mutable_resolved_spec() = joint;
   wire::StepShape shape;
   if (!ResolvedStepShape(*cfg, &shape, error)) {
-    *error = "env: " + *error;
+    *error = "the suite's joint spec: " + *error;
     return false;
   }
   return true;
@@ -164,6 +230,17 @@ bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
   }
   const std::string device = cfg.learner().device();
   if (device == "cpu") return true;
+  {
+    const auto limits = wire::TaskActionLimits(cfg);
+    const bool masked = std::any_of(limits.begin(), limits.end(),
+                                    [&](int a) { return a < shape.num_actions; });
+    if (cfg.learner().popart() || masked) {
+      *error = "learner.device: \"" + device + "\": " +
+               (cfg.learner().popart() ? std::string("learner.popart") : std::string("per-task action masks (tasks with fewer actions than the suite's union)")) +
+               " run on the CPU learner only; use learner.device: \"cpu\"";
+      return false;
+    }
+  }
   // Ask in a child, so this process (which starts the fleet) never initialises CUDA.
   int fds[2];
   if (::pipe(fds) != 0) {

@@ -25,14 +25,19 @@ bool Load(const std::string& path, const std::vector<std::string>& sets,
     std::fprintf(stderr, "%s\n", error.c_str());
     return false;
   }
-  if (!out->config.env().plugin().empty() || !out->config.env().gym_id().empty()) return true;
   const auto names = stampede::envs::RegisteredEnvs();
-  if (std::find(names.begin(), names.end(), out->config.env().name()) == names.end()) {
+  auto check = [&](const stampede::config::EnvConfig& env, const std::string& path) {
+    if (!env.plugin().empty() || !env.gym_id().empty()) return true;
+    if (std::find(names.begin(), names.end(), env.name()) != names.end()) return true;
     std::string known;
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    std::fprintf(stderr, "%s: env.name: unknown environment \"%s\", expected one of: %s\n",
-                 out->Where("env.name").c_str(), out->config.env().name().c_str(), known.c_str());
+    std::fprintf(stderr, "%s: %s: unknown environment \"%s\", expected one of: %s\n",
+                 out->Where(path).c_str(), path.c_str(), env.name().c_str(), known.c_str());
     return false;
+  };
+  if (out->config.tasks_size() == 0) return check(out->config.env(), "env.name");
+  for (int t = 0; t < out->config.tasks_size(); ++t) {
+    if (!check(out->config.tasks(t).env(), "tasks[" + std::to_string(t) + "].env.name")) return false;
   }
   return true;
 }

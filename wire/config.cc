@@ -159,12 +159,22 @@ std::string LoadedConfig::Where(std::string_view path) const {
   const pb::Message* msg = &config;
   auto parts = SplitPath(path);
   for (size_t i = 0; i < parts.size(); ++i) {
-    const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(parts[i]);
+    // "tasks[2]" names an element of a repeated message.
+    std::string name = parts[i];
+    int element = 0;
+    if (const size_t bracket = name.find('['); bracket != std::string::npos) {
+      element = std::atoi(name.c_str() + bracket + 1);
+      name.resize(bracket);
+    }
+    const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(name);
     if (f == nullptr || tree == nullptr) return source;
-    int index = f->is_repeated() ? 0 : -1;
+    int index = f->is_repeated() ? element : -1;
     if (i + 1 < parts.size()) {
+      if (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) return source;
+      const pb::Reflection* r = msg->GetReflection();
+      if (f->is_repeated() && (element < 0 || element >= r->FieldSize(*msg, f))) return source;
       tree = tree->GetTreeForNested(f, index);
-      msg = &msg->GetReflection()->GetMessage(*msg, f);
+      msg = f->is_repeated() ? &r->GetRepeatedMessage(*msg, f, element) : &r->GetMessage(*msg, f);
       continue;
     }
     pb::TextFormat::ParseLocation loc = tree->GetLocation(f, index);
@@ -334,7 +344,77 @@ constexpr Range kRanges[] = {
     {"coordinator.max_status_bytes", 4096, 1 << 30, false, true},
     {"wire.max_abs_observation", 0, 3e38, true, false},
     {"wire.max_abs_reward", 0, 3e38, true, false},
+    {"learner.popart_beta", 0, 1, true, false},
+    {"suite.obs_shape", 1, 65536, false, true},
+    {"suite.task_lines_every", 0, 1e6, false, true},
 };
+}  // namespace
+
+namespace {
+// The tasks of a multi-task config (wire/tasks.h assigns actors to them).
+bool ValidateTasks(const LoadedConfig& loaded, std::string* error) {
+  const auto& c = loaded.config;
+  const std::string rule = c.suite().obs_rule();
+  if (rule != "pad" && rule != "resize") {
+    *error = loaded.Where("suite.obs_rule") + ": suite.obs_rule: \"" + rule +
+             "\" is not known, expected \"pad\" or \"resize\"";
+    return false;
+  }
+  if (c.tasks().empty()) return true;
+  config::EnvConfig env = c.env();
+  env.clear_resolved_spec();
+  if (env.ByteSizeLong() > 0) {
+    *error = loaded.Where("env") + ": env and tasks are both set: a multi-task config gives each task's env "
+             "inside tasks { ... } (env alone is the one-task shorthand)";
+    return false;
+  }
+  std::set<std::string> names;
+  int64_t fixed = 0, by_weight = 0;
+  for (int i = 0; i < c.tasks_size(); ++i) {
+    const auto& t = c.tasks(i);
+    const std::string at = "tasks[" + std::to_string(i) + "]";
+    auto fail = [&](const std::string& field, const std::string& what) {
+      *error = loaded.Where(at + "." + field) + ": " + at + "." + field + " (task \"" + t.name() + "\"): " + what;
+      return false;
+    };
+    if (t.name().empty() || t.name().find_first_not_of(
+                                "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != std::string::npos) {
+      return fail("name", "expected a non-empty name of letters, digits, '_', '.' or '-'");
+    }
+    if (!names.insert(t.name()).second) return fail("name", "another task has this name");
+    if (!t.has_env()) return fail("env", "the task has no env");
+    if (!t.env().plugin().empty() && !t.env().gym_id().empty()) {
+      return fail("env", "both plugin and gym_id are set, expected one");
+    }
+    if (t.actors() < 0 || t.actors() > 1024) return fail("actors", std::to_string(t.actors()) + " is out of range, expected [0, 1024]");
+    if (!(std::isfinite(t.weight()) && t.weight() > 0)) return fail("weight", FormatNumber(t.weight()) + " is not a positive number");
+    if (!std::isfinite(t.random_score()) || !std::isfinite(t.reference_score()) || !std::isfinite(t.target_return())) {
+      return fail("reference_score", "random_score, reference_score and target_return must be finite");
+    }
+    if (t.reference_score() == t.random_score() && t.reference_score() != 0) {
+      return fail("reference_score", "equals random_score, so scores cannot be normalised");
+    }
+    if (t.actors() > 0) {
+      fixed += t.actors();
+    } else {
+      ++by_weight;
+    }
+  }
+  const int64_t actors = c.actors().num_actors();
+  if (fixed + by_weight > actors) {
+    *error = loaded.Where("actors.num_actors") + ": actors.num_actors: " + std::to_string(actors) +
+             " actors cannot run the " + std::to_string(c.tasks_size()) + " tasks (" + std::to_string(fixed) +
+             " named in tasks.actors, and at least one each for the " + std::to_string(by_weight) +
+             " tasks shared by weight)";
+    return false;
+  }
+  if (by_weight == 0 && fixed != actors) {
+    *error = loaded.Where("actors.num_actors") + ": actors.num_actors: " + std::to_string(actors) +
+             ", but the tasks' actors add up to " + std::to_string(fixed) + " (set them equal, or leave a task's actors at 0)";
+    return false;
+  }
+  return true;
+}
 }  // namespace
 
 bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
@@ -392,6 +472,7 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              std::to_string(c.learner().batch_size()) + ")";
     return false;
   }
+  if (!ValidateTasks(loaded, error)) return false;
   if (c.cluster().ps_size() != 0 && c.cluster().ps_size() != c.ps().num_shards()) {
     *error = loaded.Where("cluster.ps") + ": cluster.ps: " + std::to_string(c.cluster().ps_size()) +
              " endpoints given, expected one per shard (ps.num_shards = " +
