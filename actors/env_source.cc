@@ -18,6 +18,7 @@ envs::EnvSource EnvSourceFromConfig(const config::Config& cfg) {
     s.gym_id = e.gym_id();
     s.gym_modules.assign(e.gym_module().begin(), e.gym_module().end());
     s.gym_vectorization = e.gym_vectorization();
+    s.gym_channels_first = e.gym_channels_first();
     s.python_venv = e.python_venv();
   }
   s.options.max_episode_steps = e.max_episode_steps();

@@ -37,7 +37,7 @@ def _value(text):
 
 
 class Bridge:
-    def __init__(self, gym_id, num_envs, modules, kwargs, max_episode_steps, vectorization):
+    def __init__(self, gym_id, num_envs, modules, kwargs, max_episode_steps, vectorization, channels_first):
         for module in modules:
             # "pkg.mod" is imported; "pkg.mod:fn" is imported and fn() called (registrations).
             name, _, function = module.partition(":")
@@ -88,10 +88,17 @@ class Bridge:
         self.frames_per_step = frameskip if isinstance(frameskip, int) and frameskip > 0 else 1
         self.max_episode_steps = int(kw.get("max_episode_steps", spec.max_episode_steps or 0))
         self.obs_shape = [int(d) for d in obs_space.shape]
+        # [H, W, C] observations (MinAtar) given to the network as [C, H, W].
+        self.channels_first = bool(channels_first) and len(self.obs_shape) == 3
+        if self.channels_first:
+            self.obs_shape = [self.obs_shape[2], self.obs_shape[0], self.obs_shape[1]]
+
+    def _obs(self, o):
+        return np.moveaxis(np.asarray(o), -1, -3) if self.channels_first else o
 
     def reset(self, seed, obs):
         o, _ = self.env.reset(seed=seed)
-        np.copyto(obs, o, casting="unsafe")
+        np.copyto(obs, self._obs(o), casting="unsafe")
         self.prev_done[:] = False
 
     def step(self, actions, obs, rewards, terminated, truncated, valid, final_obs):
@@ -101,6 +108,7 @@ class Bridge:
             shape, dtype = self.action_shape
             actions = actions.reshape((-1,) + shape).astype(dtype)
         o, r, te, tr, info = self.env.step(actions)
+        o = self._obs(o)
         np.copyto(obs, o, casting="unsafe")
         np.copyto(rewards, r, casting="unsafe")
         np.copyto(terminated, te, casting="unsafe")
@@ -111,7 +119,7 @@ class Bridge:
             if done.any():
                 final = info.get("final_obs")
                 for i in np.flatnonzero(done):
-                    final_obs[i] = o[i] if final is None or final[i] is None else final[i]
+                    final_obs[i] = o[i] if final is None or final[i] is None else self._obs(final[i])
         else:
             # NEXT_STEP: an env that ended last step was only reset by this one.
             np.copyto(valid, ~self.prev_done, casting="unsafe")
@@ -270,7 +278,8 @@ std::unique_ptr<VectorEnv> MakePythonVectorEnv(const EnvSource& source, int num_
     py::exec(kBridgeSource, scope);
     std::map<std::string, std::string> kwargs = source.options.kwargs;
     py::object bridge = scope["Bridge"](source.gym_id, num_envs, source.gym_modules, kwargs,
-                                        source.options.max_episode_steps, source.gym_vectorization);
+                                        source.options.max_episode_steps, source.gym_vectorization,
+                                        source.gym_channels_first);
     EnvSpec spec;
     spec.name = source.gym_id;
     spec.obs_shape = bridge.attr("obs_shape").cast<std::vector<int>>();

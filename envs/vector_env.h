@@ -78,6 +78,7 @@ struct EnvSource {
   std::string gym_id;                    // kGym: a registered gymnasium id
   std::vector<std::string> gym_modules;  // kGym: imported first (third-party registrations)
   std::string gym_vectorization;         // kGym: "" (the env's own vector env if it has one), "sync"
+  bool gym_channels_first = false;       // kGym: [H, W, C] observations become [C, H, W]
   std::string python_venv;               // kGym: venv whose site-packages Python uses
   EnvOptions options;
   // "CartPole-v1", "plug-in libfoo.so (env Foo)", "gymnasium Acrobot-v1".

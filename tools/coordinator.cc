@@ -911,13 +911,15 @@ void Watcher(caf::blocking_actor* self, caf::actor supervisor, zmq::context_t* c
   }
 }
 
-std::string SelfExe() {
+std::string SelfExe() { return SelfExePath(); }
+
+}  // namespace
+
+std::string SelfExePath() {
   std::error_code ec;
   auto p = fs::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("stampede") : p.string();
 }
-
-}  // namespace
 
 void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
   auto* cl = cfg->mutable_cluster();

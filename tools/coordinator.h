@@ -29,5 +29,7 @@ struct RunResult {
 // Fills free loopback endpoints for any cluster address left empty and the run dir.
 void ResolveRunConfig(config::Config* cfg, const RunOptions& opt);
 RunResult RunCoordinator(config::Config cfg, const RunOptions& opt);
+// This executable's path (children and the spec resolver run it).
+std::string SelfExePath();
 
 }  // namespace stampede::tools

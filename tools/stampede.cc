@@ -1,6 +1,7 @@
-// The one Stampede binary: `stampede run CONFIG` (the coordinator), the single roles
-// (`actor`, `learner`, `ps`) for launching by hand or by a cluster manager, `spec` (the
-// env's resolved spec), `keys` (CURVE keys for roles started by hand) and `bench`.
+// The one Stampede binary: `stampede run CONFIG` (the coordinator), `suite` (a run plus
+// its report), `report`, `eval`, `export`, the single roles (`actor`, `learner`, `ps`)
+// for launching by hand or by a cluster manager, `spec` (the env's resolved spec), `keys`
+// (CURVE keys for roles started by hand) and `bench`. `stampede help` lists them.
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
@@ -9,6 +10,8 @@
 #include "envs/env.h"
 #include "tools/bench.h"
 #include "tools/coordinator.h"
+#include "tools/eval.h"
+#include "tools/report.h"
 #include "tools/roles.h"
 #include "tools/signals.h"
 #include "tools/spec.h"
@@ -62,6 +65,7 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"Stampede: IMPALA-style distributed reinforcement learning"};
   app.require_subcommand(1);
+  app.add_subcommand("help", "List the subcommands (`stampede SUBCOMMAND --help` for one's options)");
   std::string config_path;
   std::vector<std::string> sets;
   int task_index = 0;
@@ -70,6 +74,32 @@ int main(int argc, char** argv) {
   run->add_option("config", config_path, "Config file (protobuf text format)")->required();
   std::string run_dir;
   run->add_option("--run-dir", run_dir, "Run directory (same as --set run_dir=...)");
+
+  auto* suite = app.add_subcommand("suite", "Run a multi-task config to its budget, then write its report "
+                                             "(report.md, report.csv, report.png) into the run directory");
+  suite->add_option("config", config_path, "Config file with tasks { ... }")->required();
+  suite->add_option("--run-dir", run_dir, "Run directory (same as --set run_dir=...)");
+
+  std::string report_dir;
+  auto* report = app.add_subcommand("report", "Make report.md, report.csv and report.png of a finished or "
+                                              "interrupted run from its metrics.jsonl");
+  report->add_option("run_dir", report_dir, "The run directory")->required();
+
+  stampede::tools::EvalOptions eval_opt;
+  auto* eval = app.add_subcommand("eval", "Run a checkpoint's policy without learning; print per-task mean +- std return");
+  eval->add_option("checkpoint", eval_opt.checkpoint, "RUN_DIR/checkpoint.bin")->required();
+  eval->add_option("--config", eval_opt.config, "The run's config (default: config.textproto beside the checkpoint)");
+  eval->add_option("--task", eval_opt.task, "Only this task (default: every task)");
+  eval->add_option("--episodes", eval_opt.episodes, "Episodes per task")->default_val(10)->check(CLI::Range(1, 1000000));
+  eval->add_flag("--greedy", eval_opt.greedy, "Take the most likely action instead of sampling");
+  eval->add_option("--record", eval_opt.record, "Save the first episode as an animated GIF (image observations)");
+  eval->add_option("--seed", eval_opt.seed, "Seed of the envs and the sampling")->default_val(12345);
+
+  std::string export_ckpt, export_out, export_config;
+  auto* exporter = app.add_subcommand("export", "Write a checkpoint's tensors, named by the network's layout, as a numpy .npz");
+  exporter->add_option("checkpoint", export_ckpt, "RUN_DIR/checkpoint.bin")->required();
+  exporter->add_option("out", export_out, "Output .npz")->required();
+  exporter->add_option("--config", export_config, "The run's config (default: config.textproto beside the checkpoint)");
 
   auto* spec = app.add_subcommand("spec", "Print the env's resolved spec (what `run` writes into the config)");
   spec->add_option("config", config_path, "Config file (protobuf text format)")->required();
@@ -100,10 +130,32 @@ int main(int argc, char** argv) {
   bench->add_option("--fleet-frames", bench_opt.fleet_frames,
                     "Frame budget of the end-to-end fleet run (0 skips it)")
       ->default_val(1000000);
-  for (auto* sub : {run, spec, keys, roles[0], roles[1], roles[2], bench}) {
+  for (auto* sub : {run, suite, spec, keys, roles[0], roles[1], roles[2], bench}) {
     // One value per --set, so `--set a=1 CONFIG` leaves CONFIG to the positional.
     sub->add_option("--set", sets, "Override a config field: path=value (repeatable)")
         ->allow_extra_args(false);
+  }
+  // `stampede help`, and an unknown subcommand: say which exist.
+  auto list = [&](std::FILE* out) {
+    std::fprintf(out, "stampede subcommands:\n");
+    for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      std::fprintf(out, "  %-8s %s\n", sub->get_name().c_str(), sub->get_description().c_str());
+    }
+    std::fprintf(out, "`stampede SUBCOMMAND --help` shows a subcommand's options.\n");
+  };
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string name = argv[1];
+    if (name == "help") {
+      list(stdout);
+      return 0;
+    }
+    bool known = false;
+    for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) known = known || sub->get_name() == name;
+    if (!known) {
+      std::fprintf(stderr, "stampede: unknown subcommand \"%s\"\n", name.c_str());
+      list(stderr);
+      return 2;
+    }
   }
   CLI11_PARSE(app, argc, argv);
 
@@ -115,6 +167,20 @@ int main(int argc, char** argv) {
     opt.config_name = std::filesystem::path(config_path).stem().string();
     return stampede::tools::RunCoordinator(loaded.config, opt).exit_code;
   }
+  if (suite->parsed()) {
+    if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
+    stampede::LoadedConfig loaded;
+    if (!Load(config_path, sets, &loaded)) return 2;
+    stampede::tools::RunOptions opt;
+    opt.config_name = std::filesystem::path(config_path).stem().string();
+    const auto result = stampede::tools::RunCoordinator(loaded.config, opt);
+    if (result.run_dir.empty()) return result.exit_code;
+    const int report_code = stampede::tools::RunReportCommand(result.run_dir);
+    return result.exit_code != 0 ? result.exit_code : report_code;
+  }
+  if (report->parsed()) return stampede::tools::RunReportCommand(report_dir);
+  if (eval->parsed()) return stampede::tools::RunEvalCommand(eval_opt, stampede::tools::SelfExePath());
+  if (exporter->parsed()) return stampede::tools::RunExportCommand(export_ckpt, export_out, export_config);
   if (spec->parsed()) {
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;

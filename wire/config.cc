@@ -391,7 +391,7 @@ bool ValidateTasks(const LoadedConfig& loaded, std::string* error) {
     if (!std::isfinite(t.random_score()) || !std::isfinite(t.reference_score()) || !std::isfinite(t.target_return())) {
       return fail("reference_score", "random_score, reference_score and target_return must be finite");
     }
-    if (t.reference_score() == t.random_score() && t.reference_score() != 0) {
+    if (t.has_reference_score() && t.reference_score() == t.random_score()) {
       return fail("reference_score", "equals random_score, so scores cannot be normalised");
     }
     if (t.actors() > 0) {

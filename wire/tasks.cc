@@ -158,7 +158,9 @@ std::vector<int> TaskActionLimits(const config::Config& cfg) {
 }
 
 double NormalisedScore(const config::TaskConfig& task, double score) {
-  if (task.reference_score() == task.random_score()) return std::numeric_limits<double>::quiet_NaN();
+  if (!task.has_reference_score() || task.reference_score() == task.random_score()) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
   return (score - task.random_score()) / (task.reference_score() - task.random_score());
 }
 

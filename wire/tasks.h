@@ -29,7 +29,8 @@ bool JoinTaskSpecs(const config::Config& cfg, config::EnvSpec* joint, std::strin
 // Actions of each task (the policy head's width for non-discrete spaces): a task's
 // actor never samples, and the learner never accepts, an action at or above its limit.
 std::vector<int> TaskActionLimits(const config::Config& cfg);
-// Normalised score, or NaN when the task gives no random/reference scores.
+// (score - random_score) / (reference_score - random_score), or NaN when the task sets
+// no reference_score.
 double NormalisedScore(const config::TaskConfig& task, double score);
 
 // Brings one task's observations to the joint shape by the suite's rule.

@@ -1,0 +1,195 @@
+#include "tools/report.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "envs/python_env.h"
+#include "wire/config.h"
+#include "wire/durable_file.h"
+#include "wire/tasks.h"
+
+namespace stampede::tools {
+
+namespace {
+std::string Num(double v, int digits = 4) {
+  if (std::isnan(v)) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits + 2, v);
+  return buf;
+}
+}  // namespace
+
+bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* error) {
+  config::Config cfg;
+  {
+    std::ifstream in(run_dir + "/config.textproto");
+    if (!in) {
+      *error = run_dir + "/config.textproto: cannot be read (is " + run_dir + " a run directory?)";
+      return false;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!ParseConfigText(text.str(), run_dir + "/config.textproto", &cfg, error)) return false;
+  }
+  std::ifstream metrics(run_dir + "/metrics.jsonl");
+  if (!metrics) {
+    *error = run_dir + "/metrics.jsonl: cannot be read";
+    return false;
+  }
+  RunReport r;
+  const int n = wire::NumTasks(cfg);
+  r.tasks.resize(size_t(n));
+  std::vector<bool> full_best(size_t(n), false);
+  for (int t = 0; t < n; ++t) {
+    TaskReport& tr = r.tasks[size_t(t)];
+    tr.name = wire::TaskName(cfg, t);
+    if (cfg.tasks_size() > 0) {
+      tr.random_score = cfg.tasks(t).random_score();
+      tr.reference_score = cfg.tasks(t).reference_score();
+      tr.has_reference = cfg.tasks(t).has_reference_score();
+    }
+  }
+  std::string line;
+  int rows = 0;
+  while (std::getline(metrics, line)) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_discarded() || !row.is_object() || row.contains("event") || !row.contains("env_frames")) continue;
+    ++rows;
+    r.elapsed_s = row.value("elapsed_s", 0.0);
+    r.env_frames = row.value("env_frames", 0LL);
+    if (!row.contains("tasks") || !row["tasks"].is_object()) continue;
+    for (TaskReport& tr : r.tasks) {
+      if (!row["tasks"].contains(tr.name)) continue;
+      const auto& t = row["tasks"][tr.name];
+      const int counted = t.value("returns_counted", 0);
+      tr.env_frames = t.value("env_frames", 0LL);
+      tr.episodes = t.value("episodes", 0LL);
+      if (counted <= 0) continue;
+      const double mean = t.value("mean_return_100", 0.0);
+      const size_t k = size_t(&tr - r.tasks.data());
+      const bool full = counted >= 100;
+      // The best over full windows once there are any (a mean of 3 episodes is luck).
+      if (!tr.scored || (full && !full_best[k]) || (full == full_best[k] && mean > tr.best_score)) {
+        tr.best_score = mean;
+        full_best[k] = full;
+      }
+      tr.final_score = mean;
+      tr.scored = true;
+    }
+  }
+  if (rows == 0) {
+    *error = run_dir + "/metrics.jsonl: no progress rows yet";
+    return false;
+  }
+  std::vector<double> normalised;
+  for (TaskReport& tr : r.tasks) {
+    config::TaskConfig task;
+    task.set_random_score(tr.random_score);
+    if (tr.has_reference) task.set_reference_score(tr.reference_score);
+    tr.normalised = tr.scored ? wire::NormalisedScore(task, tr.final_score) : std::nan("");
+    if (!std::isnan(tr.normalised)) normalised.push_back(tr.normalised);
+  }
+  r.mean_normalised = r.median_normalised = std::nan("");
+  if (!normalised.empty()) {
+    std::sort(normalised.begin(), normalised.end());
+    double sum = 0;
+    for (double v : normalised) sum += v;
+    r.mean_normalised = sum / double(normalised.size());
+    const size_t m = normalised.size();
+    r.median_normalised = m % 2 ? normalised[m / 2] : 0.5 * (normalised[m / 2 - 1] + normalised[m / 2]);
+  }
+  r.frames_per_s = r.elapsed_s > 0 ? double(r.env_frames) / r.elapsed_s : 0;
+  std::error_code ec;
+  r.finished = std::filesystem::exists(run_dir + "/summary.json", ec);
+  *out = r;
+  return true;
+}
+
+bool WriteReport(const std::string& run_dir, const RunReport& r, std::string* error) {
+  std::ostringstream csv;
+  csv << "task,final_score,best_score,env_frames,episodes,random_score,reference_score,normalised_score\n";
+  for (const auto& t : r.tasks) {
+    csv << t.name << "," << (t.scored ? Num(t.final_score) : "") << "," << (t.scored ? Num(t.best_score) : "") << ","
+        << t.env_frames << "," << t.episodes << "," << Num(t.random_score) << ","
+        << (t.has_reference ? Num(t.reference_score) : "") << ","
+        << Num(t.normalised) << "\n";
+  }
+  csv << "(mean),,,,,,," << Num(r.mean_normalised) << "\n";
+  csv << "(median),,,,,,," << Num(r.median_normalised) << "\n";
+  std::ostringstream md;
+  md << "# Suite report: " << std::filesystem::path(run_dir).filename().string() << "\n\n";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s after %.0f s: %lld env frames (%.0f frames/s).\n\n",
+                r.finished ? "Finished" : "Interrupted (no summary.json)", r.elapsed_s, r.env_frames, r.frames_per_s);
+  md << buf;
+  md << "| task | final score (last 100 episodes) | best score | frames | episodes | random | reference | normalised |\n";
+  md << "|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& t : r.tasks) {
+    const bool has_norm = !std::isnan(t.normalised);
+    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %lld | %lld | %s | %s | %s |\n", t.name.c_str(),
+                  t.scored ? Num(t.final_score).c_str() : "\u2013", t.scored ? Num(t.best_score).c_str() : "\u2013",
+                  t.env_frames, t.episodes, Num(t.random_score).c_str(),
+                  has_norm ? Num(t.reference_score).c_str() : "", has_norm ? Num(t.normalised, 3).c_str() : "\u2013");
+    md << buf;
+  }
+  if (!std::isnan(r.mean_normalised)) {
+    md << "\nNormalised score, (score - random) / (reference - random): **mean " << Num(r.mean_normalised, 3)
+       << "**, **median " << Num(r.median_normalised, 3) << "**.\n";
+  }
+  md << "\nLearning curves: report.png (one panel per task, its own frames on the x axis; the last panel the "
+        "normalised aggregate).\n";
+  return wire::WriteFileAtomically(run_dir + "/report.csv", csv.str(), error) &&
+         wire::WriteFileAtomically(run_dir + "/report.md", md.str(), error);
+}
+
+bool PlotReport(const std::string& run_dir, std::string* error) {
+  const std::string python = envs::PythonVenvPath("") + "/bin/python";
+  const std::string script = std::string(STAMPEDE_SOURCE_DIR) + "/tools/plot_report.py";
+  if (::access(python.c_str(), X_OK) != 0) {
+    *error = "no Python venv at " + envs::PythonVenvPath("") + " (make it with tools/setup.sh, or set STAMPEDE_VENV)";
+    return false;
+  }
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(python.c_str(), python.c_str(), script.c_str(), run_dir.c_str(), (char*)nullptr);
+    ::_exit(127);
+  }
+  int status = 0;
+  while (pid > 0 && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    *error = script + " failed (exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
+    return false;
+  }
+  return true;
+}
+
+int RunReportCommand(const std::string& run_dir) {
+  RunReport r;
+  std::string error;
+  if (!ComputeReport(run_dir, &r, &error) || !WriteReport(run_dir, r, &error)) {
+    std::fprintf(stderr, "stampede report: %s\n", error.c_str());
+    return 2;
+  }
+  std::ifstream md(run_dir + "/report.md");
+  std::stringstream text;
+  text << md.rdbuf();
+  std::fputs(text.str().c_str(), stdout);
+  if (!PlotReport(run_dir, &error)) {
+    std::fprintf(stderr, "stampede report: report.md and report.csv written, but no curves: %s\n", error.c_str());
+    return 1;
+  }
+  std::printf("stampede report: %s/report.md, report.csv, report.png\n", run_dir.c_str());
+  return 0;
+}
+
+}  // namespace stampede::tools

@@ -1,0 +1,44 @@
+// Suite reports: report.md and report.csv (per task: final and best 100-episode mean
+// return, frames, normalised score; aggregate: mean and median normalised score) from a
+// run directory's config.textproto and metrics.jsonl, and report.png (learning curves,
+// drawn by tools/plot_report.py with matplotlib from the project venv).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace stampede::tools {
+
+struct TaskReport {
+  std::string name;
+  double final_score = 0;   // mean return over the last 100 episodes at the last row
+  double best_score = 0;    // the best such mean over the run (full windows where there are any)
+  long long env_frames = 0; // the task's own frames
+  long long episodes = 0;
+  double random_score = 0, reference_score = 0;
+  bool has_reference = false;
+  double normalised = 0;    // NaN: the task gives no random/reference scores
+  bool scored = false;      // false: no episode ended
+};
+
+struct RunReport {
+  std::vector<TaskReport> tasks;
+  double mean_normalised = 0, median_normalised = 0;  // NaN when no task is normalised
+  double elapsed_s = 0;
+  long long env_frames = 0;
+  double frames_per_s = 0;  // over the run
+  bool finished = false;    // summary.json exists
+};
+
+// Reads RUN_DIR/config.textproto and RUN_DIR/metrics.jsonl (a torn last line, from an
+// interrupted run, is skipped). False with the reason.
+[[nodiscard]] bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* error);
+// Writes RUN_DIR/report.csv and RUN_DIR/report.md.
+[[nodiscard]] bool WriteReport(const std::string& run_dir, const RunReport& report, std::string* error);
+// Draws RUN_DIR/report.png with the venv's matplotlib; false with the reason.
+[[nodiscard]] bool PlotReport(const std::string& run_dir, std::string* error);
+
+// `stampede report RUN_DIR`: all three; prints the table. Exit code 0, 1 (no plot), 2.
+int RunReportCommand(const std::string& run_dir);
+
+}  // namespace stampede::tools
