@@ -287,6 +287,10 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
                                                  cfg.actors().first_params_timeout_s());
   while (!fetcher.WaitFirst(params, &version, std::chrono::seconds(1), &stop)) {
     if (stop.load()) return 0;
+    if (!fetcher.layout_mismatch().empty()) {
+      std::fprintf(stderr, "actor %d: %s\n", task_index, fetcher.layout_mismatch().c_str());
+      return 2;
+    }
     report("waiting for the first parameters");
     if (Clock::now() > first_deadline) {
       std::fprintf(stderr, "actor %d: no parameters from the PS (%d shards) after %.0f s\n",

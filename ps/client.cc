@@ -1,5 +1,7 @@
 #include "ps/client.h"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -67,6 +69,17 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
       }
       if (!reply.has_params()) continue;
       const net::Slice mine = net::ShardSlice(opt_.total_size, i, S);
+      if (reply.total_size() != opt_.total_size || reply.layout_fingerprint() != opt_.layout_fingerprint) {
+        // Another network's parameters: they will never fit, so say so at once.
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      "PS shard %d serves a network of %lld parameters (layout fingerprint %016llx), but this "
+                      "process's network has %lld (fingerprint %016llx): it was started with another net or env "
+                      "config than the learner",
+                      i, (long long)reply.total_size(), (unsigned long long)reply.layout_fingerprint(),
+                      (long long)opt_.total_size, (unsigned long long)opt_.layout_fingerprint);
+        mismatch_ = buf;
+      }
       if (parts.size() != 2 || reply.shard() != i || reply.total_size() != opt_.total_size ||
           reply.layout_fingerprint() != opt_.layout_fingerprint || reply.offset() != mine.offset ||
           reply.count() != mine.count || parts[1].size() != size_t(mine.count) * sizeof(float)) {

@@ -44,9 +44,13 @@ class ParamsFetcher {
   bool WaitFirst(std::span<float> params, int64_t* version, std::chrono::duration<double> timeout,
                  const std::atomic<bool>* stop);
   int64_t rejected_replies() const { return rejected_; }
+  // Non-empty once a shard has answered with another network's parameters (a layout
+  // that can never fit): what differs.
+  const std::string& layout_mismatch() const { return mismatch_; }
 
  private:
   struct ShardState;
+  std::string mismatch_;
   void Request(int shard, int64_t min_version, int64_t exact_version);
   ClientOptions opt_;
   std::vector<std::unique_ptr<ShardState>> shards_;

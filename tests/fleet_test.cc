@@ -169,10 +169,85 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
   CHECK(fs::exists(run_dir + "/checkpoint.bin"));
   CheckNoneLeft(spawned);
 
+  // The trained policy, evaluated greedily without learning, catches at least 9 in 10.
+  Proc eval = Start({"eval", run_dir + "/checkpoint.bin", "--greedy", "--episodes", "100"}, run_dir + ".eval.out");
+  CHECK(Wait(eval, std::chrono::seconds(60)) == 0);
+  const std::string evaluated = Slurp(eval.output_path);
+  INFO(evaluated);
+  const size_t at = evaluated.find("\nCatch ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(evaluated.substr(at + 7)) >= 0.9);
+  CHECK_THAT(evaluated, Catch::Contains("(100 episodes)"));
+  // Export: every tensor of the layout in an .npz (numpy reads it: tests/suite_test.cc).
+  Proc exported = Start({"export", run_dir + "/checkpoint.bin", run_dir + "/net.npz"}, run_dir + ".export.out");
+  CHECK(Wait(exported, std::chrono::seconds(20)) == 0);
+  CHECK(fs::file_size(run_dir + "/net.npz") > 4 * 50 * 64);
+  // TensorBoard events next to the metrics.
+  bool events = false;
+  for (const auto& e : fs::directory_iterator(run_dir + "/tb")) events = events || e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  CHECK(events);
+
   // The same run directory is not reused: its metrics would mix two runs.
   Proc again = Start({"run", "configs/catch.textproto", "--run-dir", run_dir}, run_dir + ".again.out");
   CHECK(Wait(again, std::chrono::seconds(20)) == 2);
   CHECK_THAT(Slurp(again.output_path), Catch::Contains("already holds a run"));
+}
+
+TEST_CASE("fleet: one agent learns Catch and CartPole together, each past its own target", "[fleet][suite]") {
+  const std::string run_dir = FreshRunDir("suite");
+  Proc p = Start({"suite", "configs/catch_cartpole.textproto", "--run-dir", run_dir}, run_dir + ".out");
+  const int code = Wait(p, std::chrono::seconds(150));
+  const std::string out = Slurp(p.output_path);
+  INFO(out);
+  // Exit 0, or 1 where only the curves could not be drawn (no venv here).
+  REQUIRE((code == 0 || (code == 1 && out.find("no curves") != std::string::npos)));
+  CHECK_THAT(out, Catch::Contains("task catch: mean return(100) reached its target 0.8 at"));
+  CHECK_THAT(out, Catch::Contains("task cartpole: mean return(100) reached its target 200 at"));
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  INFO(summary.dump(2));
+  CHECK(summary["stop_reason"] == "target return reached");
+  CHECK(summary["tasks"]["catch"]["frames_to_target"].get<long long>() > 0);
+  CHECK(summary["tasks"]["cartpole"]["frames_to_target"].get<long long>() > 0);
+  CHECK(summary["tasks"]["catch"]["episodes"].get<long long>() > 100);
+  CHECK(summary["tasks"]["cartpole"]["episodes"].get<long long>() > 100);
+  CHECK(summary.contains("mean_normalised_score"));
+  CHECK_FALSE(summary.contains("mean_return_100"));  // a mix of scales
+  // Per-task rows in metrics.jsonl; the learner dropped nothing (an action outside a
+  // task's own set would be dropped as out_of_range).
+  int rows_with_tasks = 0;
+  double best_catch = -1, best_cartpole = 0;
+  for (const auto& r : Metrics(run_dir)) {
+    if (r.contains("event")) continue;
+    CHECK(r["dropped_trajectories"].get<long long>() == 0);
+    if (!r.contains("tasks") || !r["tasks"].contains("catch") || !r["tasks"].contains("cartpole")) continue;
+    ++rows_with_tasks;
+    for (const char* t : {"catch", "cartpole"}) {
+      for (const char* field : {"mean_return_100", "episodes", "env_frames", "policy_lag_mean", "popart_scale"}) {
+        CHECK(r["tasks"][t].contains(field));
+      }
+    }
+    if (r["tasks"]["catch"]["returns_counted"] == 100) best_catch = std::max(best_catch, r["tasks"]["catch"]["mean_return_100"].get<double>());
+    if (r["tasks"]["cartpole"]["returns_counted"] == 100) best_cartpole = std::max(best_cartpole, r["tasks"]["cartpole"]["mean_return_100"].get<double>());
+  }
+  CHECK(rows_with_tasks >= 1);
+  CHECK(best_catch >= 0.8);
+  CHECK(best_cartpole >= 200);
+  CHECK(fs::exists(run_dir + "/report.md"));
+  CHECK(fs::exists(run_dir + "/report.csv"));
+  CheckNoneLeft(Spawned(Metrics(run_dir)));
+}
+
+TEST_CASE("fleet: `stampede help` lists the subcommands; an unknown one says which exist", "[fleet]") {
+  const std::string dir = FreshRunDir("help");
+  Proc help = Start({"help"}, dir + ".help.out");
+  CHECK(Wait(help, std::chrono::seconds(10)) == 0);
+  const std::string listed = Slurp(dir + ".help.out");
+  for (const char* sub : {"run", "suite", "report", "eval", "export", "spec", "keys", "actor", "learner", "ps", "bench"}) {
+    CHECK_THAT(listed, Catch::Contains(std::string("  ") + sub + " "));
+  }
+  Proc bad = Start({"trian", "configs/catch.textproto"}, dir + ".bad.out");
+  CHECK(Wait(bad, std::chrono::seconds(10)) == 2);
+  CHECK_THAT(Slurp(dir + ".bad.out"), Catch::Contains("unknown subcommand \"trian\"") && Catch::Contains("  suite "));
 }
 
 TEST_CASE("fleet: a killed actor is restarted while the run goes on", "[fleet]") {
