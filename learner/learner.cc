@@ -229,6 +229,12 @@ bool Learner::Start(std::string* error) {
   }
   if (m.popart) m.popart_stats.assign(m.params.begin() + m.popart->stats, m.params.begin() + m.popart->stats + 2 * m.num_tasks);
   if (const std::string device = m.cfg.learner().device(); device != "cpu") {
+    const LossOptions lo = LossOptionsFrom(m.cfg);
+    if (lo.popart || !lo.action_limits.empty()) {
+      // `stampede run` refuses this before anything starts; a learner started by hand too.
+      *error = "learner.device \"" + device + "\": PopArt and per-task action masks run on the CPU learner only";
+      return false;
+    }
     const int index = std::stoi(device.substr(5));  // "cuda:N", checked by the config
     m.gpu = net::cuda::Trainer::Create(m.net->spec(), index, TrainerOptions(m.cfg), error);
     if (!m.gpu) return false;

@@ -215,7 +215,6 @@ TEST_CASE("fleet: one agent learns Catch and CartPole together, each past its ow
   // Per-task rows in metrics.jsonl; the learner dropped nothing (an action outside a
   // task's own set would be dropped as out_of_range).
   int rows_with_tasks = 0;
-  double best_catch = -1, best_cartpole = 0;
   for (const auto& r : Metrics(run_dir)) {
     if (r.contains("event")) continue;
     CHECK(r["dropped_trajectories"].get<long long>() == 0);
@@ -226,12 +225,18 @@ TEST_CASE("fleet: one agent learns Catch and CartPole together, each past its ow
         CHECK(r["tasks"][t].contains(field));
       }
     }
-    if (r["tasks"]["catch"]["returns_counted"] == 100) best_catch = std::max(best_catch, r["tasks"]["catch"]["mean_return_100"].get<double>());
-    if (r["tasks"]["cartpole"]["returns_counted"] == 100) best_cartpole = std::max(best_cartpole, r["tasks"]["cartpole"]["mean_return_100"].get<double>());
   }
   CHECK(rows_with_tasks >= 1);
-  CHECK(best_catch >= 0.8);
-  CHECK(best_cartpole >= 200);
+  // Each task reached its own target (the learner's window, counted per task; progress
+  // rows are 2 s apart and may miss the moment).
+  bool catch_reached = false, cartpole_reached = false;
+  for (const auto& r : Metrics(run_dir)) {
+    if (r.value("event", "") != "task_target_reached") continue;
+    catch_reached = catch_reached || r["task"] == "catch";
+    cartpole_reached = cartpole_reached || r["task"] == "cartpole";
+  }
+  CHECK(catch_reached);
+  CHECK(cartpole_reached);
   CHECK(fs::exists(run_dir + "/report.md"));
   CHECK(fs::exists(run_dir + "/report.csv"));
   CheckNoneLeft(Spawned(Metrics(run_dir)));

@@ -177,3 +177,25 @@ TEST_CASE("ps: a get for a version not yet there is held and answered by the put
   CHECK(std::memcmp(parts[1].data(), Pattern(10, 5).data(), 40) == 0);
   CHECK(fleet.shards[0]->stats().gets.load() == 1);
 }
+
+TEST_CASE("ps: a fetcher built for another network says what differs instead of waiting", "[ps]") {
+  Fleet fleet(2);
+  ps::ParamsPublisher pub(fleet.ctx, fleet.Options(1000, wire::ROLE_LEARNER));
+  REQUIRE(pub.PutAll(Pattern(1000, 0), 0, nullptr));
+  auto other = fleet.Options(640, wire::ROLE_ACTOR);
+  other.layout_fingerprint = 7;
+  ps::ParamsFetcher fetch(fleet.ctx, other);
+  std::vector<float> params(640);
+  int64_t version = -1;
+  // Never a version (it would not fit), but the reason within one wait.
+  CHECK_FALSE(fetch.WaitFirst(params, &version, std::chrono::seconds(2), nullptr));
+  CHECK(version == -1);
+  CHECK_THAT(fetch.layout_mismatch(), Catch::Contains("serves a network of 1000 parameters") &&
+                                          Catch::Contains("this process's network has 640") &&
+                                          Catch::Contains("another net or env config"));
+  // The right network sees no mismatch.
+  ps::ParamsFetcher same(fleet.ctx, fleet.Options(1000, wire::ROLE_ACTOR));
+  std::vector<float> right(1000);
+  REQUIRE(same.WaitFirst(right, &version, std::chrono::seconds(5), nullptr));
+  CHECK(same.layout_mismatch().empty());
+}

@@ -465,3 +465,25 @@ TEST_CASE("gif: a recorded episode is a GIF that Pillow reads frame by frame", "
   INFO(out);
   CHECK(code == 0);
 }
+
+TEST_CASE("tasks: MinAtar's [H, W, C] observations reach the network as [C, H, W]", "[suite][python]") {
+  RequireVenvWith("minatar");
+  auto cfg = Parse(R"(env { gym_id: "MinAtar/Breakout-v1" gym_module: "minatar.gym:register_envs"
+                          gym_channels_first: true gym_vectorization: "sync" })");
+  std::string error;
+  auto env = envs::MakeVectorEnv(actors::EnvSourceFromConfig(cfg), 2, &error);
+  INFO(error);
+  REQUIRE(env);
+  CHECK(env->spec().obs_shape == std::vector<int>{4, 10, 10});
+  CHECK(env->spec().num_actions == 3);
+  std::vector<float> obs(2 * 400);
+  env->Reset(1, reinterpret_cast<std::byte*>(obs.data()));
+  // Breakout's paddle (channel 0) is on the bottom row: in [C, H, W], row 9 of channel 0.
+  float paddle = 0, elsewhere = 0;
+  for (int x = 0; x < 10; ++x) paddle += obs[0 * 100 + 9 * 10 + x];
+  for (int y = 0; y < 9; ++y) {
+    for (int x = 0; x < 10; ++x) elsewhere += obs[0 * 100 + y * 10 + x];
+  }
+  CHECK(paddle == 1.f);
+  CHECK(elsewhere == 0.f);
+}

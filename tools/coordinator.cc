@@ -949,6 +949,27 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       return result;
     }
   }
+  if (cfg.tasks_size() > 0 && !opt.quiet) {
+    // The suite as it will run: who runs which task, and the one network's shapes.
+    const auto assigned = wire::AssignActors(cfg);
+    const auto limits = wire::TaskActionLimits(cfg);
+    std::string shape;
+    for (int d : cfg.env().resolved_spec().obs_shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    std::printf("stampede: %d tasks, one network: observations [%s] (suite.obs_rule \"%s\"), %d actions\n",
+                cfg.tasks_size(), shape.c_str(), cfg.suite().obs_rule().c_str(),
+                cfg.env().resolved_spec().num_actions());
+    for (int t = 0; t < cfg.tasks_size(); ++t) {
+      std::string actors;
+      for (size_t a = 0; a < assigned.size(); ++a) {
+        if (assigned[a] == t) actors += (actors.empty() ? "" : ",") + std::to_string(a);
+      }
+      std::string obs;
+      for (int d : cfg.tasks(t).env().resolved_spec().obs_shape()) obs += (obs.empty() ? "" : ", ") + std::to_string(d);
+      std::printf("  %-16s actors %-10s observations [%s], %d actions\n", cfg.tasks(t).name().c_str(), actors.c_str(),
+                  obs.c_str(), limits[size_t(t)]);
+    }
+    std::fflush(stdout);
+  }
   std::error_code exists_ec;
   if (fs::exists(cfg.run_dir() + "/metrics.jsonl", exists_ec)) {
     std::fprintf(stderr,

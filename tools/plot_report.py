@@ -31,6 +31,13 @@ def main(run_dir):
                     curves.setdefault(name, [])
             if "mean_normalised_score" in row:
                 aggregate.append((row["env_frames"], row["mean_normalised_score"], row["median_normalised_score"]))
+    # The config's task order (report.csv lists it), not the JSON's sorted keys.
+    try:
+        with open(f"{run_dir}/report.csv") as f:
+            order = [line.split(",")[0] for line in f.readlines()[1:] if not line.startswith("(")]
+        curves = {name: curves[name] for name in order if name in curves} | curves
+    except OSError:
+        pass
     panels = len(curves) + (1 if aggregate else 0)
     if panels == 0:
         sys.exit(f"{run_dir}/metrics.jsonl has no per-task rows")
