@@ -148,7 +148,9 @@ bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<E
     std::vector<int32_t> actions(size_t(E) * K);
     std::vector<uint8_t> terminated(E), truncated(E), valid(E), first(E, 1);
     std::vector<double> returns(E, 0);
+    std::vector<int> lengths(E, 0);
     std::vector<double> finished;
+    int capped = 0;
     std::vector<std::vector<uint8_t>> frames;
     int fw = 0, fh = 0;
     const bool record = !recorded;
@@ -211,23 +213,40 @@ bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<E
         *error = e.what();
         return false;
       }
+      bool reset_capped = false;
       for (int e = 0; e < E; ++e) {
         first[e] = terminated[e] | truncated[e] | uint8_t(!valid[e]);
         if (!valid[e]) continue;
         returns[e] += rewards[e];
-        if (terminated[e] || truncated[e]) {
-          if (int(finished.size()) < opt.episodes) finished.push_back(returns[e]);
+        const bool cap = ++lengths[e] >= opt.max_steps && !(terminated[e] || truncated[e]);
+        if (terminated[e] || truncated[e] || cap) {
+          if (int(finished.size()) < opt.episodes) {
+            finished.push_back(returns[e]);
+            capped += cap;
+          }
           returns[e] = 0;
+          lengths[e] = 0;
+          reset_capped = reset_capped || cap;
           if (e == 0) recording = false;  // the first env's first episode is recorded
         }
       }
-      if (++steps > 100000000) break;
+      if (reset_capped && int(finished.size()) < opt.episodes) {
+        // Envs reset only as a batch: start every env afresh (the others' episodes in
+        // progress are not counted).
+        env->Reset(opt.seed + uint64_t(task) * 1000003u + uint64_t(steps) + 1, task_obs.data());
+        std::fill(returns.begin(), returns.end(), 0.0);
+        std::fill(lengths.begin(), lengths.end(), 0);
+        std::fill(first.begin(), first.end(), 1);
+        recording = false;
+      }
+      ++steps;
     }
     double mean = 0, var = 0;
     for (double r : finished) mean += r;
     mean /= double(finished.size());
     for (double r : finished) var += (r - mean) * (r - mean);
-    results->push_back({wire::TaskName(cfg, task), mean, std::sqrt(var / double(finished.size())), int(finished.size())});
+    results->push_back(
+        {wire::TaskName(cfg, task), mean, std::sqrt(var / double(finished.size())), int(finished.size()), capped});
     if (record) {
       recorded = true;
       if (!WriteGif(opt.record, fw, fh, frames, 10, error)) return false;
@@ -246,7 +265,9 @@ int RunEvalCommand(const EvalOptions& opt, const std::string& self_exe) {
   std::printf("stampede eval: %s, %d episodes per task, %s policy\n", opt.checkpoint.c_str(), opt.episodes,
               opt.greedy ? "greedy" : "sampled");
   for (const auto& r : results) {
-    std::printf("%-24s %10.3f +- %.3f  (%d episodes)\n", r.name.c_str(), r.mean, r.std, r.episodes);
+    std::printf("%-24s %10.3f +- %.3f  (%d episodes", r.name.c_str(), r.mean, r.std, r.episodes);
+    if (r.capped > 0) std::printf(", %d cut at --max-steps %d", r.capped, opt.max_steps);
+    std::printf(")\n");
   }
   if (!opt.record.empty()) std::printf("stampede eval: recorded the first episode to %s\n", opt.record.c_str());
   std::fflush(stdout);

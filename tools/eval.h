@@ -17,11 +17,16 @@ struct EvalOptions {
   bool greedy = false;  // the most likely action instead of a sample
   std::string record;   // a .gif of the first episode (of the first task evaluated)
   uint64_t seed = 12345;
+  // An episode still running after this many agent steps ends there (a greedy policy
+  // can loop forever in an env without a time limit, e.g. MinAtar); the env's own
+  // max_episode_steps applies first.
+  int max_steps = 10000;
 };
 struct EvalTaskResult {
   std::string name;
   double mean = 0, std = 0;
   int episodes = 0;
+  int capped = 0;  // episodes ended by max_steps, not by the env
 };
 int RunEvalCommand(const EvalOptions& opt, const std::string& self_exe);
 // The evaluation itself (what the command prints); false with the reason.

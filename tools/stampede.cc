@@ -94,6 +94,9 @@ int main(int argc, char** argv) {
   eval->add_flag("--greedy", eval_opt.greedy, "Take the most likely action instead of sampling");
   eval->add_option("--record", eval_opt.record, "Save the first episode as an animated GIF (image observations)");
   eval->add_option("--seed", eval_opt.seed, "Seed of the envs and the sampling")->default_val(12345);
+  eval->add_option("--max-steps", eval_opt.max_steps,
+                   "End an episode after this many agent steps (counted as such in the output)")
+      ->default_val(10000)->check(CLI::Range(1, 100000000));
 
   std::string export_ckpt, export_out, export_config;
   auto* exporter = app.add_subcommand("export", "Write a checkpoint's tensors, named by the network's layout, as a numpy .npz");
