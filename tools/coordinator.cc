@@ -272,14 +272,7 @@ std::pair<double, double> NormalisedAggregate(const SupervisorState& st) {
     const double norm = wire::NormalisedScore(st.cfg.tasks(ts.task()), ts.mean_return_100());
     if (!std::isnan(norm)) v.push_back(norm);
   }
-  if (v.empty()) return {std::nan(""), std::nan("")};
-  std::sort(v.begin(), v.end());
-  double mean = 0;
-  for (double x : v) mean += x;
-  mean /= double(v.size());
-  const size_t n = v.size();
-  const double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return {mean, median};
+  return wire::MeanAndMedian(std::move(v));
 }
 
 // The per-task table at the end of a suite's run.
@@ -291,7 +284,7 @@ void PrintTaskTable(const SupervisorState& st) {
     std::printf("%-20s %10s %8lld %12lld %10s\n", st.cfg.tasks(ts.task()).name().c_str(),
                 ReturnText(ts.mean_return_100(), ts.returns_counted()).c_str(), (long long)ts.episodes(),
                 (long long)ts.env_frames(),
-                std::isnan(norm) || ts.returns_counted() == 0 ? "\u2013" : FormatTarget(std::round(norm * 1000) / 1000).c_str());
+                std::isnan(norm) || ts.returns_counted() == 0 ? "\u2013" : FormatTarget(std::round(norm * 1000) / 1000 + 0.0).c_str());
   }
   const auto [mean, median] = NormalisedAggregate(st);
   if (!std::isnan(mean)) std::printf("normalised score: mean %.3f, median %.3f\n", mean, median);

@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "envs/python_env.h"
 #include "wire/config.h"
@@ -98,15 +99,7 @@ bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* erro
     tr.normalised = tr.scored ? wire::NormalisedScore(task, tr.final_score) : std::nan("");
     if (!std::isnan(tr.normalised)) normalised.push_back(tr.normalised);
   }
-  r.mean_normalised = r.median_normalised = std::nan("");
-  if (!normalised.empty()) {
-    std::sort(normalised.begin(), normalised.end());
-    double sum = 0;
-    for (double v : normalised) sum += v;
-    r.mean_normalised = sum / double(normalised.size());
-    const size_t m = normalised.size();
-    r.median_normalised = m % 2 ? normalised[m / 2] : 0.5 * (normalised[m / 2 - 1] + normalised[m / 2]);
-  }
+  std::tie(r.mean_normalised, r.median_normalised) = wire::MeanAndMedian(std::move(normalised));
   r.frames_per_s = r.elapsed_s > 0 ? double(r.env_frames) / r.elapsed_s : 0;
   std::error_code ec;
   r.finished = std::filesystem::exists(run_dir + "/summary.json", ec);
@@ -145,8 +138,8 @@ bool WriteReport(const std::string& run_dir, const RunReport& r, std::string* er
     md << "\nNormalised score, (score - random) / (reference - random): **mean " << Num(r.mean_normalised, 3)
        << "**, **median " << Num(r.median_normalised, 3) << "**.\n";
   }
-  md << "\nLearning curves: report.png (one panel per task, its own frames on the x axis; the last panel the "
-        "normalised aggregate).\n";
+  md << "\nLearning curves: report.png (one panel per task, its own frames on the x axis"
+     << (std::isnan(r.mean_normalised) ? "" : "; the last panel the normalised mean and median") << ").\n";
   return wire::WriteFileAtomically(run_dir + "/report.csv", csv.str(), error) &&
          wire::WriteFileAtomically(run_dir + "/report.md", md.str(), error);
 }

@@ -164,6 +164,15 @@ double NormalisedScore(const config::TaskConfig& task, double score) {
   return (score - task.random_score()) / (task.reference_score() - task.random_score());
 }
 
+std::pair<double, double> MeanAndMedian(std::vector<double> v) {
+  if (v.empty()) return {std::nan(""), std::nan("")};
+  std::sort(v.begin(), v.end());
+  double sum = 0;
+  for (double x : v) sum += x;
+  const size_t n = v.size();
+  return {sum / double(n), n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])};
+}
+
 ObsAdapter::ObsAdapter(std::vector<int> from, std::vector<int> to, bool uint8, const std::string& rule)
     : elem_(uint8 ? 1 : 4) {
   long nf = 1, nt = 1;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "wire/config.pb.h"
@@ -32,6 +33,9 @@ std::vector<int> TaskActionLimits(const config::Config& cfg);
 // (score - random_score) / (reference_score - random_score), or NaN when the task sets
 // no reference_score.
 double NormalisedScore(const config::TaskConfig& task, double score);
+
+// Mean and median of normalised scores (NaN, NaN for none): the suite's aggregate.
+std::pair<double, double> MeanAndMedian(std::vector<double> scores);
 
 // Brings one task's observations to the joint shape by the suite's rule.
 class ObsAdapter {
