@@ -36,7 +36,7 @@ TEST_CASE("config: shipped configs load and pass the checks", "[config]") {
   }
 }
 
-TEST_CASE("config: every shipped config loads; the Atari variants differ only in net", "[config]") {
+TEST_CASE("config: every shipped config loads, and the Atari variants differ only in net", "[config]") {
   auto load = [](const std::string& name) {
     LoadedConfig cfg;
     std::string error;
@@ -61,7 +61,7 @@ TEST_CASE("config: every shipped config loads; the Atari variants differ only in
   CHECK(load("catch_pixels").net().torso() == "shallow_cnn");
 }
 
-TEST_CASE("config: a directory is not a config; a million hidden layers are refused", "[config]") {
+TEST_CASE("config: a directory is not a config, and a million hidden layers are refused", "[config]") {
   CHECK_THAT(LoadError(std::string(STAMPEDE_SOURCE_DIR) + "/configs"), Catch::Contains("not a config file (a directory)"));
   std::string many = "net { hidden_sizes: [";
   for (int i = 0; i < 100; ++i) many += (i ? ", " : "") + std::string("4");

@@ -242,7 +242,7 @@ TEST_CASE("fleet: one agent learns Catch and CartPole together, each past its ow
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
 
-TEST_CASE("fleet: `stampede help` lists the subcommands; an unknown one says which exist", "[fleet]") {
+TEST_CASE("fleet: `stampede help` lists the subcommands, and an unknown one says which exist", "[fleet]") {
   const std::string dir = FreshRunDir("help");
   Proc help = Start({"help"}, dir + ".help.out");
   CHECK(Wait(help, std::chrono::seconds(10)) == 0);

@@ -157,7 +157,7 @@ TEST_CASE("optimizer: RMSProp step and global-norm clipping follow their formula
   CHECK(small[0] == Approx(0.3f));
 }
 
-TEST_CASE("loss: episode ends zero the discount; truncation bootstraps only when configured", "[loss]") {
+TEST_CASE("loss: episode ends zero the discount, and truncation bootstraps only when configured", "[loss]") {
   const auto spec = SmallSpec(net::Activation::kTanh);
   learner::Batch batch = RandomBatch(4, 2, 3, 3, 8);
   std::fill(batch.terminated.begin(), batch.terminated.end(), 0);
