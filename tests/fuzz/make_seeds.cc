@@ -25,8 +25,11 @@ void Write(const fs::path& dir, const std::string& name, const std::string& byte
 // A trajectory's frames as the learner would receive them.
 std::vector<std::string> Frames(zmq::context_t& ctx, const wire::TrajectoryBatch& b) {
   zmq::socket_t out(ctx, zmq::socket_type::pair), in(ctx, zmq::socket_type::pair);
-  in.bind("inproc://seeds");
-  out.connect("inproc://seeds");
+  // A fresh endpoint per call: an inproc name is released asynchronously after close.
+  static int calls = 0;
+  const std::string endpoint = "inproc://seeds-" + std::to_string(calls++);
+  in.bind(endpoint);
+  out.connect(endpoint);
   if (!wire::SendTrajectory(out, b)) std::abort();
   std::vector<zmq::message_t> parts;
   if (!wire::RecvMultipart(in, &parts, true)) std::abort();
