@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 
 #include "actors/env_source.h"
@@ -17,6 +18,7 @@
 #include "wire/auth.h"
 #include "wire/status_channel.h"
 #include "wire/tasks.h"
+#include "wire/trace.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::actors {
@@ -127,6 +129,7 @@ int ActorCore::frames_per_step() const { return impl_->frames_per_step; }
 void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
                               wire::TrajectoryBatch* out) {
   Impl& m = *impl_;
+  wire::TraceSpan span("unroll", "actor");
   const int E = m.E, T = m.T, A = m.A;
   const size_t obs_bytes = m.shape.obs_bytes();
   if (out->T() != T || out->n() != E || !(out->shape == m.shape)) {
@@ -162,12 +165,14 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
     }
     if (t == 0) std::copy(m.state.begin(), m.state.end(), out->initial_core_state.begin());
     float* logits = &out->behaviour_logits[row * A];
+    std::optional<wire::TraceSpan> infer(std::in_place, "infer", "actor");
     m.net->Step(params.data(), out->obs_row(row), E, nullptr, m.state.data(), m.state.data(),
                 logits, nullptr);
     if (m.action_limit > 0 && m.action_limit < A) {
       // The task does not have these actions: probability exactly zero.
       for (int e = 0; e < E; ++e) std::fill(logits + size_t(e) * A + m.action_limit, logits + size_t(e + 1) * A, net::kMaskedLogit);
     }
+    infer.reset();
     auto uniform = [&] { return std::uniform_real_distribution<double>(0, 1)(m.rng); };
     auto normal = [&] { return std::normal_distribution<double>(0, 1)(m.rng); };
     const net::PolicyShape& pol = m.net->spec().policy;
@@ -194,10 +199,13 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
     step.truncated = &out->truncated[row];
     step.valid = &out->valid[row];
     step.final_obs = adapt ? m.task_final_obs.data() : m.final_obs.data();
-    if (m.shape.box()) {
-      m.env->StepBox(m.clipped.data(), step);
-    } else {
-      m.env->Step(&out->actions[row * K], step);
+    {
+      wire::TraceSpan env_span("env_step", "actor");
+      if (m.shape.box()) {
+        m.env->StepBox(m.clipped.data(), step);
+      } else {
+        m.env->Step(&out->actions[row * K], step);
+      }
     }
     if (adapt) {
       m.adapter.Apply(m.task_obs.data(), E, out->obs_row(row + E));
@@ -316,6 +324,7 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
     batch.meta.set_send_wait_s(send_wait);
     send_wait = 0;
     const auto send_start = Clock::now();
+    std::optional<wire::TraceSpan> send_span(std::in_place, "send", "actor");
     bool sent = false;
     while (!stop.load() && !(sent = wire::SendTrajectory(out, batch))) {
       if (Clock::now() - last_report > std::chrono::seconds(1)) {
@@ -325,11 +334,15 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
         last_report = Clock::now();
       }
     }
+    send_span.reset();
     const double waited = std::chrono::duration<double>(Clock::now() - send_start).count();
     send_wait += waited;
     total_wait += waited;
     if (!sent) break;
-    fetcher.Poll(params, &version);  // refresh only between unrolls, never waiting
+    {
+      wire::TraceSpan fetch_span("fetch_params", "actor");
+      fetcher.Poll(params, &version);  // refresh only between unrolls, never waiting
+    }
     // Frames are reported often: the coordinator bounds the learner's frame count by
     // twice the actors' own counts, and an actor that dies takes its unreported frames
     // with it. After sends 1, 2, 4, 8, ... (so even an actor that lives for a few

@@ -24,6 +24,7 @@
 #include "replay/bounded_queue.h"
 #include "wire/config.h"
 #include "wire/tasks.h"
+#include "wire/trace.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::learner {
@@ -308,6 +309,7 @@ void Learner::Impl::ReceiveLoop() {
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
     while (!stop.load() && self->frames_.load() < budget &&
            wire::RecvMultipart(*socket, &parts, false)) {
+      wire::TraceSpan span("receive", "learner");
       auto b = std::make_shared<wire::TrajectoryBatch>();
       wire::TrajectoryExpectations expect;
       expect.unroll_length = cfg.actors().unroll_length();
@@ -476,11 +478,13 @@ void Learner::Impl::TrainLoop() {
       if (next_staged) {
         std::swap(batch, next_batch);  // staged while the previous step computed
       } else {
+        wire::TraceSpan span("assemble", "learner");
         Assemble(items, &batch);
         items.clear();
         gpu->Stage(BatchViewOf(batch));
       }
       next_staged = false;
+      wire::TraceSpan gpu_span("gpu_step", "learner");
       gpu->Launch(lr);
       // While the device computes: if the next batch is already here, assemble and stage it.
       if (queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(0))) {
@@ -495,10 +499,14 @@ void Learner::Impl::TrainLoop() {
       st.entropy = gs.entropy;
       norm = gs.grad_norm;
     } else {
-      Assemble(items, &batch);
-      items.clear();  // release the received batches
+      {
+        wire::TraceSpan span("assemble", "learner");
+        Assemble(items, &batch);
+        items.clear();  // release the received batches
+      }
       std::fill(grad.begin(), grad.end(), 0.f);
       st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data(), popart ? &targets : nullptr);
+      wire::TraceSpan span("apply", "learner");
       norm = ClipGlobalNorm(grad, lc.max_grad_norm());
       if (std::isfinite(st.total) && std::isfinite(norm)) {
         rms->Step(params, grad, lr);
@@ -517,7 +525,10 @@ void Learner::Impl::TrainLoop() {
     }
     const int64_t version = ++self->version_;
     const int64_t steps = ++self->steps_;
-    if (steps % lc.publish_every() == 0 || unpublished) unpublished = !publisher->Put(params, version);
+    if (steps % lc.publish_every() == 0 || unpublished) {
+      wire::TraceSpan span("publish", "learner");
+      unpublished = !publisher->Put(params, version);
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     {
       std::lock_guard lock(mu);
@@ -538,6 +549,7 @@ void Learner::Impl::TrainLoop() {
     if (!checkpoint_path.empty() && lc.checkpoint_interval_s() > 0 &&
         Clock::now() - last_checkpoint > std::chrono::duration<double>(lc.checkpoint_interval_s())) {
       std::string error;
+      wire::TraceSpan span("checkpoint", "learner");
       if (!SaveCheckpoint(&error)) std::fprintf(stderr, "learner: checkpoint failed: %s\n", error.c_str());
       last_checkpoint = Clock::now();
     }

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "net/distribution.h"
+#include "wire/trace.h"
 
 namespace stampede::learner {
 
@@ -161,9 +163,13 @@ LossStats LossAndGrad(net::Model<S>& net, const S* params, const Batch& batch,
 template <class S>
 LossStats ComputeLossAndGrad(net::Model<S>& net, const S* params, const Batch& batch,
                              const LossOptions& opt, S* grad, Targets<S>* targets_out) {
+  std::optional<wire::TraceSpan> span(std::in_place, "forward", "learner");
   const Forwarded<S> f = RunNet(net, params, batch, opt);
+  span.emplace("vtrace", "learner");
   Targets<S> tg = TargetsFrom(net, f, batch, opt);
+  span.emplace("backward", "learner");
   LossStats st = GradFrom(net, params, f, batch, tg, opt, grad);
+  span.reset();
   if (targets_out != nullptr) *targets_out = std::move(tg);
   return st;
 }

@@ -1,4 +1,5 @@
 #include "ps/shard.h"
+#include "wire/trace.h"
 
 #include <cstdio>
 #include <cmath>
@@ -94,6 +95,7 @@ void Shard::Handle(const std::vector<zmq::message_t>& parts) {
 }
 
 void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, const std::string& peer) {
+  wire::TraceSpan span("put", "ps");
   if (opt_.curve != nullptr && wire::IdentityRole(peer) != "learner") {
     Refuse(Refusal::kUnauthorisedPut, "a put from " + (peer.empty() ? std::string("an unidentified peer") : peer) +
                                           "; only learners may put");
@@ -152,6 +154,7 @@ std::shared_ptr<const Shard::Snapshot> Shard::Pick(const wire::GetParams& get) c
 }
 
 void Shard::HandleGet(const zmq::message_t& identity, const wire::GetParams& get) {
+  wire::TraceSpan span("get", "ps");
   ++stats_.gets;
   const std::string id(static_cast<const char*>(identity.data()), identity.size());
   if (auto pick = Pick(get)) {

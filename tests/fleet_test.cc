@@ -242,6 +242,57 @@ TEST_CASE("fleet: one agent learns Catch and CartPole together, each past its ow
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
 
+TEST_CASE("fleet: --trace writes one Perfetto timeline with every process's spans", "[fleet][trace]") {
+  const std::string run_dir = FreshRunDir("trace");
+  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--trace", "--set",
+                  "stop.total_env_frames=150000"},
+                 run_dir + ".out");
+  REQUIRE(Wait(p, std::chrono::seconds(60)) == 0);
+  const json trace = json::parse(Slurp(run_dir + "/trace.json"));  // one JSON array
+  REQUIRE(trace.is_array());
+  std::map<int, std::string> process;  // pid -> "actor 0"
+  std::map<std::string, std::map<std::string, int>> spans;  // role -> name -> count
+  std::map<std::pair<int, long>, std::vector<std::pair<long long, long long>>> unrolls;  // (pid, tid) -> [start, end]
+  for (const auto& e : trace) {
+    if (e["ph"] == "M") process[e["pid"].get<int>()] = e["args"]["name"].get<std::string>();
+  }
+  CHECK(process.size() == 5);
+  std::vector<json> infers;
+  for (const auto& e : trace) {
+    if (e["ph"] != "X") continue;
+    REQUIRE(process.count(e["pid"].get<int>()) == 1);
+    const std::string who = process[e["pid"].get<int>()];
+    CHECK(e["dur"].get<long long>() >= 0);
+    ++spans[who.substr(0, who.find(' '))][e["name"].get<std::string>()];
+    const auto key = std::make_pair(e["pid"].get<int>(), e["tid"].get<long>());
+    const long long ts = e["ts"].get<long long>(), end = ts + e["dur"].get<long long>();
+    if (e["name"] == "unroll") unrolls[key].push_back({ts, end});
+    if (e["name"] == "infer") infers.push_back(e);
+  }
+  for (const char* name : {"unroll", "infer", "env_step", "send", "fetch_params"}) CHECK(spans["actor"][name] > 0);
+  for (const char* name : {"receive", "assemble", "forward", "vtrace", "backward", "apply", "publish"}) {
+    CHECK(spans["learner"][name] > 0);
+  }
+  // One forward, V-trace, backward and apply per learner step.
+  CHECK(spans["learner"]["forward"] == spans["learner"]["backward"]);
+  CHECK(spans["learner"]["backward"] == spans["learner"]["apply"]);
+  CHECK(spans["ps"]["get"] > 0);
+  CHECK(spans["ps"]["put"] > 0);
+  // Every inference step lies inside an unroll of the same thread.
+  int nested = 0;
+  for (const auto& e : infers) {
+    const auto& list = unrolls[{e["pid"].get<int>(), e["tid"].get<long>()}];
+    const long long ts = e["ts"].get<long long>(), end = ts + e["dur"].get<long long>();
+    for (const auto& [a, b] : list) {
+      if (a <= ts && end <= b) {
+        ++nested;
+        break;
+      }
+    }
+  }
+  CHECK(nested == int(infers.size()));
+}
+
 TEST_CASE("fleet: `stampede help` lists the subcommands, and an unknown one says which exist", "[fleet]") {
   const std::string dir = FreshRunDir("help");
   Proc help = Start({"help"}, dir + ".help.out");

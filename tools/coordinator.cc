@@ -30,6 +30,7 @@
 #include "wire/durable_file.h"
 #include "wire/tasks.h"
 #include "wire/tensorboard.h"
+#include "wire/trace.h"
 #include "wire/log_limit.h"
 #include "wire/zmq_util.h"
 
@@ -1063,6 +1064,15 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
                              std::min(cfg.cluster().max_message_bytes(), cfg.coordinator().max_status_bytes()),
                              done, bound);
     sys.await_all_actors_done();
+  }
+  if (cfg.trace()) {
+    // Every process has exited (and written its trace): one timeline for Perfetto.
+    std::string error;
+    if (wire::MergeTraces(cfg.run_dir() + "/trace", cfg.run_dir() + "/trace.json", &error)) {
+      if (!opt.quiet) std::printf("stampede: timeline of every process in %s/trace.json (ui.perfetto.dev)\n", cfg.run_dir().c_str());
+    } else {
+      std::fprintf(stderr, "stampede: cannot merge the traces: %s\n", error.c_str());
+    }
   }
   return result;
 }

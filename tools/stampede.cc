@@ -17,6 +17,7 @@
 #include "tools/spec.h"
 #include "wire/auth.h"
 #include "wire/config.h"
+#include "wire/trace.h"
 
 namespace {
 
@@ -74,11 +75,15 @@ int main(int argc, char** argv) {
   run->add_option("config", config_path, "Config file (protobuf text format)")->required();
   std::string run_dir;
   run->add_option("--run-dir", run_dir, "Run directory (same as --set run_dir=...)");
+  bool trace = false;
+  run->add_flag("--trace", trace, "Write a Chrome/Perfetto timeline of every process to RUN_DIR/trace.json "
+                                  "(same as --set trace=true)");
 
   auto* suite = app.add_subcommand("suite", "Run a multi-task config to its budget, then write its report "
                                              "(report.md, report.csv, report.png) into the run directory");
   suite->add_option("config", config_path, "Config file with tasks { ... }")->required();
   suite->add_option("--run-dir", run_dir, "Run directory (same as --set run_dir=...)");
+  suite->add_flag("--trace", trace, "Write a Chrome/Perfetto timeline (RUN_DIR/trace.json)");
 
   std::string report_dir;
   auto* report = app.add_subcommand("report", "Make report.md, report.csv and report.png of a finished or "
@@ -162,6 +167,7 @@ int main(int argc, char** argv) {
   }
   CLI11_PARSE(app, argc, argv);
 
+  if (trace) sets.push_back("trace=true");
   if (run->parsed()) {
     if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
     stampede::LoadedConfig loaded;
@@ -215,6 +221,13 @@ int main(int argc, char** argv) {
     if (!Load(config_path, sets, &loaded)) return 2;
     const std::string role = sub->get_name();
     if (!NeedsEndpoints(loaded.config, role.c_str())) return 2;
+    if (loaded.config.trace() && !loaded.config.run_dir().empty()) {
+      std::string error;
+      if (!stampede::wire::Trace::Open(loaded.config.run_dir() + "/trace/" + role + "-" + std::to_string(task_index) + ".json",
+                                       role + " " + std::to_string(task_index), &error)) {
+        std::fprintf(stderr, "stampede %s: %s\n", role.c_str(), error.c_str());
+      }
+    }
     if (role == "actor") return stampede::tools::RunActorRole(loaded.config, task_index);
     if (role == "learner") return stampede::tools::RunLearnerRole(loaded.config, task_index);
     return stampede::tools::RunPsRole(loaded.config, task_index);
