@@ -14,6 +14,7 @@
 #include "net/distribution.h"
 #include "net/from_config.h"
 #include "ps/client.h"
+#include "ps/placement.h"
 #include "wire/config.h"
 #include "wire/auth.h"
 #include "wire/status_channel.h"
@@ -121,6 +122,7 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
 const net::ModelSpec& ActorCore::net_spec() const { return impl_->net->spec(); }
 int64_t ActorCore::param_count() const { return impl_->net->layout().total_size(); }
 uint64_t ActorCore::layout_fingerprint() const { return impl_->net->layout().Fingerprint(); }
+const net::ParamLayout& ActorCore::layout() const { return impl_->net->layout(); }
 const wire::StepShape& ActorCore::shape() const { return impl_->shape; }
 int ActorCore::obs_size() const { return impl_->D; }
 int ActorCore::num_actions() const { return impl_->A; }
@@ -284,6 +286,7 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
   co.endpoints.assign(cfg.cluster().ps().begin(), cfg.cluster().ps().end());
   co.total_size = core->param_count();
   co.layout_fingerprint = core->layout_fingerprint();
+  co.placement = std::make_shared<ps::Placement>(ps::PlacementFromConfig(cfg, core->layout()));
   co.max_message_bytes = cfg.cluster().max_message_bytes();
   co.sender = sender;
   co.curve = curve;

@@ -29,6 +29,7 @@ class ActorCore {
   const net::ModelSpec& net_spec() const;
   int64_t param_count() const;
   uint64_t layout_fingerprint() const;
+  const net::ParamLayout& layout() const;
   const wire::StepShape& shape() const;
   int obs_size() const;
   int num_actions() const;

@@ -21,6 +21,7 @@
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "ps/client.h"
+#include "ps/placement.h"
 #include "replay/bounded_queue.h"
 #include "wire/config.h"
 #include "wire/tasks.h"
@@ -261,6 +262,7 @@ bool Learner::Start(std::string* error) {
   co.endpoints.assign(m.cfg.cluster().ps().begin(), m.cfg.cluster().ps().end());
   co.total_size = m.layout.total_size();
   co.layout_fingerprint = m.layout.Fingerprint();
+  co.placement = std::make_shared<ps::Placement>(ps::PlacementFromConfig(m.cfg, m.layout));
   co.sender = wire::MakeSender(wire::ROLE_LEARNER, 0, m.incarnation);
   co.curve = m.curve;
   m.publisher = std::make_unique<ps::ParamsPublisher>(m.ctx, co);

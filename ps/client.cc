@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 
 #include "net/layout.h"
+#include "ps/placement.h"
 #include "wire/auth.h"
 #include "wire/zmq_util.h"
 
@@ -29,7 +31,21 @@ struct ParamsFetcher::ShardState {
   ShardState(zmq::context_t& ctx) : socket(ctx, zmq::socket_type::dealer) {}
 };
 
+namespace {
+// The options' plan, or equal contiguous slices where none is given.
+void DefaultPlacement(ClientOptions* opt) {
+  const int S = int(opt->endpoints.size());
+  if (!opt->placement) opt->placement = std::make_shared<Placement>(ContiguousPlacement(opt->total_size, S));
+  if (opt->placement->num_shards() != S || opt->placement->total_size != opt->total_size) {
+    throw std::invalid_argument("PS placement for " + std::to_string(opt->placement->num_shards()) + " shards and " +
+                                std::to_string(opt->placement->total_size) + " floats, but the client has " +
+                                std::to_string(S) + " shards and " + std::to_string(opt->total_size) + " floats");
+  }
+}
+}  // namespace
+
 ParamsFetcher::ParamsFetcher(zmq::context_t& ctx, ClientOptions opt) : opt_(std::move(opt)) {
+  DefaultPlacement(&opt_);
   for (const auto& ep : opt_.endpoints) {
     auto s = std::make_unique<ShardState>(ctx);
     wire::ConfigureReceiver(s->socket, opt_.max_message_bytes);
@@ -68,7 +84,7 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
         continue;
       }
       if (!reply.has_params()) continue;
-      const net::Slice mine = net::ShardSlice(opt_.total_size, i, S);
+      const net::Slice mine{opt_.placement->Start(i), opt_.placement->Count(i)};
       if (reply.total_size() != opt_.total_size || reply.layout_fingerprint() != opt_.layout_fingerprint) {
         // Another network's parameters: they will never fit, so say so at once.
         char buf[320];
@@ -78,6 +94,15 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
                       "config than the learner",
                       i, (long long)reply.total_size(), (unsigned long long)reply.layout_fingerprint(),
                       (long long)opt_.total_size, (unsigned long long)opt_.layout_fingerprint);
+        mismatch_ = buf;
+      } else if (reply.offset() != mine.offset || reply.count() != mine.count) {
+        char buf[320];
+        std::snprintf(buf, sizeof buf,
+                      "PS shard %d serves the slice [%lld, %lld) of the parameters, but this process's placement "
+                      "gives it [%lld, %lld): it was started with another ps.placement or ps.partition_bytes than "
+                      "the learner",
+                      i, (long long)reply.offset(), (long long)(reply.offset() + reply.count()), (long long)mine.offset,
+                      (long long)(mine.offset + mine.count));
         mismatch_ = buf;
       }
       if (parts.size() != 2 || reply.shard() != i || reply.total_size() != opt_.total_size ||
@@ -99,11 +124,7 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
     bool complete = true;
     for (const auto& s : shards_) complete = complete && s->version == target;
     if (complete) {
-      for (int i = 0; i < S; ++i) {
-        const net::Slice mine = net::ShardSlice(opt_.total_size, i, S);
-        std::memcpy(params.data() + mine.offset, shards_[i]->data.data(),
-                    size_t(mine.count) * sizeof(float));
-      }
+      for (int i = 0; i < S; ++i) opt_.placement->Scatter(i, shards_[i]->data.data(), params.data());
       *version = target;
       return true;
     }
@@ -133,6 +154,7 @@ bool ParamsFetcher::WaitFirst(std::span<float> params, int64_t* version,
 }
 
 ParamsPublisher::ParamsPublisher(zmq::context_t& ctx, ClientOptions opt) : opt_(std::move(opt)) {
+  DefaultPlacement(&opt_);
   for (const auto& ep : opt_.endpoints) {
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     wire::ConfigureSender(s, 4, 0);
@@ -147,7 +169,7 @@ ParamsPublisher::~ParamsPublisher() = default;
 
 bool ParamsPublisher::PutShard(int shard, std::span<const float> params, int64_t version) {
   const int S = int(sockets_.size());
-  const net::Slice mine = net::ShardSlice(opt_.total_size, shard, S);
+  const net::Slice mine{opt_.placement->Start(shard), opt_.placement->Count(shard)};
   wire::PsRequest req;
   *req.mutable_sender() = opt_.sender;
   wire::ParamsSlice* put = req.mutable_put();
@@ -160,7 +182,14 @@ bool ParamsPublisher::PutShard(int shard, std::span<const float> params, int64_t
   put->set_count(mine.count);
   put->set_total_size(opt_.total_size);
   put->set_layout_fingerprint(opt_.layout_fingerprint);
-  const wire::Frame frames[] = {{params.data() + mine.offset, size_t(mine.count) * sizeof(float)}};
+  // One range: sent in place; several: gathered into one buffer first.
+  const float* data = params.data() + opt_.placement->shards[size_t(shard)].front().offset;
+  if (!opt_.placement->contiguous_single(shard)) {
+    gather_.resize(size_t(mine.count));
+    opt_.placement->Gather(shard, params.data(), gather_.data());
+    data = gather_.data();
+  }
+  const wire::Frame frames[] = {{data, size_t(mine.count) * sizeof(float)}};
   return wire::SendMessage(sockets_[shard], req, frames);
 }
 

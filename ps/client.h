@@ -19,6 +19,8 @@ class Curve;
 
 namespace stampede::ps {
 
+struct Placement;
+
 struct ClientOptions {
   std::vector<std::string> endpoints;  // one per shard, in shard order
   int64_t total_size = 0;              // floats in the flat parameter vector
@@ -27,6 +29,9 @@ struct ClientOptions {
   wire::Sender sender;
   // The run's keys (CURVE on), or null; shard i is the server "ps-i".
   std::shared_ptr<const wire::Curve> curve;
+  // Which ranges of the vector each shard holds (ps/placement.h); null: equal contiguous
+  // slices. Every client of a run must use the same plan (PlacementFromConfig).
+  std::shared_ptr<const Placement> placement;
 };
 
 // Assembles whole versions from all shards without ever blocking the caller: Poll()
@@ -75,6 +80,7 @@ class ParamsPublisher {
   ClientOptions opt_;
   std::vector<zmq::socket_t> sockets_;
   std::vector<int64_t> sent_version_;  // per shard, the newest version queued to it
+  std::vector<float> gather_;          // a shard's ranges, gathered for sending
 };
 
 }  // namespace stampede::ps

@@ -101,14 +101,18 @@ void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, 
                                           "; only learners may put");
     return;
   }
-  const net::Slice mine = net::ShardSlice(put.total_size(), opt_.shard, opt_.num_shards);
+  // The learner's placement (ps/placement.h) decides the slice; it must lie inside the
+  // vector, and stay the same from put to put.
   const char* problem = nullptr;
   Refusal why = Refusal::kWrongLayout;
   if (put.shard() != opt_.shard || put.num_shards() != opt_.num_shards) {
     problem = "put for another shard";
-  } else if (put.offset() != mine.offset || put.count() != mine.count || data == nullptr ||
+  } else if (put.offset() < 0 || put.count() <= 0 || put.total_size() <= 0 ||
+             put.offset() > put.total_size() - put.count() || data == nullptr ||
              data->size() != size_t(put.count()) * sizeof(float)) {
-    problem = "put slice does not match this shard's slice";
+    problem = "put slice does not fit its parameter vector";
+  } else if (total_size_ >= 0 && (put.offset() != offset_ || put.count() != count_)) {
+    problem = "put slice differs from this shard's slice";
   } else if (total_size_ >= 0 && (put.total_size() != total_size_ ||
                                   put.layout_fingerprint() != layout_fingerprint_)) {
     problem = "put for a different parameter layout";
@@ -136,6 +140,8 @@ void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, 
   std::memcpy(snap->data.data(), data->data(), data->size());
   total_size_ = put.total_size();
   layout_fingerprint_ = put.layout_fingerprint();
+  offset_ = put.offset();
+  count_ = put.count();
   versions_.push_back(std::move(snap));
   while (int(versions_.size()) > opt_.versions_kept) versions_.pop_front();
   ++stats_.puts;
@@ -196,10 +202,9 @@ void Shard::Reply(const std::string& identity, const std::shared_ptr<const Snaps
   reply.set_num_shards(opt_.num_shards);
   reply.set_has_params(pick != nullptr);
   if (pick) {
-    const net::Slice mine = net::ShardSlice(total_size_, opt_.shard, opt_.num_shards);
     reply.set_version(pick->version);
-    reply.set_offset(mine.offset);
-    reply.set_count(mine.count);
+    reply.set_offset(offset_);
+    reply.set_count(count_);
     reply.set_total_size(total_size_);
     reply.set_layout_fingerprint(layout_fingerprint_);
   }

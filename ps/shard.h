@@ -82,6 +82,7 @@ class Shard {
   std::vector<Waiting> waiting_;                          // held gets, one per peer
   int64_t total_size_ = -1;
   uint64_t layout_fingerprint_ = 0;
+  int64_t offset_ = 0, count_ = 0;  // this shard's slice, as the first put set it
   ShardStats stats_;
   wire::LogLimiter log_limiter_;
 };

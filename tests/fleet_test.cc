@@ -298,9 +298,16 @@ TEST_CASE("fleet: `stampede help` lists the subcommands, and an unknown one says
   Proc help = Start({"help"}, dir + ".help.out");
   CHECK(Wait(help, std::chrono::seconds(10)) == 0);
   const std::string listed = Slurp(dir + ".help.out");
-  for (const char* sub : {"run", "suite", "report", "eval", "export", "spec", "keys", "actor", "learner", "ps", "bench"}) {
+  for (const char* sub : {"run", "suite", "report", "eval", "export", "ps-plan", "spec", "keys", "actor", "learner", "ps", "bench"}) {
     CHECK_THAT(listed, Catch::Contains(std::string("  ") + sub + " "));
   }
+  // ps-plan: the CartPole MLP's 64x64 weight alone on one shard, the rest on the other.
+  Proc plan = Start({"ps-plan", "configs/cartpole.textproto"}, dir + ".plan.out");
+  CHECK(Wait(plan, std::chrono::seconds(20)) == 0);
+  const std::string planned = Slurp(dir + ".plan.out");
+  CHECK_THAT(planned, Catch::Contains("torso/1/w                        -> ps 0  [320, 4416)  16384 bytes"));
+  CHECK_THAT(planned, Catch::Contains("ps 1: 2316 bytes in 7 ranges"));
+  CHECK_THAT(planned, Catch::Contains("imbalance (max / mean bytes per shard): 1.752"));
   Proc bad = Start({"trian", "configs/catch.textproto"}, dir + ".bad.out");
   CHECK(Wait(bad, std::chrono::seconds(10)) == 2);
   CHECK_THAT(Slurp(dir + ".bad.out"), Catch::Contains("unknown subcommand \"trian\"") && Catch::Contains("  suite "));

@@ -9,6 +9,9 @@
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
 #include "ps/client.h"
+#include "wire/config.h"
+#include "net/from_config.h"
+#include "ps/placement.h"
 #include "ps/shard.h"
 #include "tests/in_process_shards.h"
 #include "tests/resolved_spec.h"
@@ -76,6 +79,12 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     co.total_size = int64_t(saved.params.size());
     co.layout_fingerprint = saved.layout_fingerprint;
     co.sender = wire::MakeSender(wire::ROLE_ACTOR, 0, 3);
+    {
+      wire::StepShape shape;
+      REQUIRE(ResolvedStepShape(cfg, &shape, &error));
+      auto net = net::MakeModelFromConfig(cfg, shape, &error);
+      co.placement = std::make_shared<ps::Placement>(ps::PlacementFromConfig(cfg, net->layout()));
+    }
     ps::ParamsFetcher fetch(ctx, co);
     std::vector<float> params(saved.params.size());
     int64_t version = -1;

@@ -8,6 +8,7 @@
 
 #include "net/layout.h"
 #include "ps/client.h"
+#include "ps/placement.h"
 #include "ps/shard.h"
 #include "tests/in_process_shards.h"
 #include "wire/zmq_util.h"
@@ -198,4 +199,79 @@ TEST_CASE("ps: a fetcher built for another network says what differs instead of 
   std::vector<float> right(1000);
   REQUIRE(same.WaitFirst(right, &version, std::chrono::seconds(5), nullptr));
   CHECK(same.layout_mismatch().empty());
+}
+
+namespace {
+net::ParamLayout Sizes(const std::vector<int>& sizes) {
+  net::ParamLayout layout;
+  for (size_t i = 0; i < sizes.size(); ++i) layout.Add("t" + std::to_string(i), {sizes[i]});
+  return layout;
+}
+std::vector<std::string> Names(const ps::Placement& p, int shard) {
+  std::vector<std::string> out;
+  for (const auto& r : p.shards[size_t(shard)]) out.push_back(r.tensor);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("placement: greedy puts each tensor, largest first, on the lightest shard", "[ps][placement]") {
+  // 60, 100, 30, 50, 40 floats on 2 shards: 100 -> 0; 60 -> 1; 50 -> 1 (110); 40 -> 0
+  // (140); 30 -> 1 (140). Even: imbalance 1.
+  const auto p = ps::PlaceTensors(Sizes({60, 100, 30, 50, 40}), 2, "greedy", 0);
+  CHECK(Names(p, 0) == std::vector<std::string>{"t1", "t4"});
+  CHECK(Names(p, 1) == std::vector<std::string>{"t0", "t3", "t2"});
+  CHECK(p.Count(0) == 140);
+  CHECK(p.Count(1) == 140);
+  CHECK(p.Imbalance() == Approx(1.0));
+  // On 3 shards: 100 -> 0, 60 -> 1, 50 -> 2, 40 -> 2 (90), 30 -> 1 (90): max 100, mean 280/3.
+  const auto q = ps::PlaceTensors(Sizes({60, 100, 30, 50, 40}), 3, "greedy", 0);
+  CHECK(Names(q, 0) == std::vector<std::string>{"t1"});
+  CHECK(Names(q, 1) == std::vector<std::string>{"t0", "t2"});
+  CHECK(Names(q, 2) == std::vector<std::string>{"t3", "t4"});
+  CHECK(q.Imbalance() == Approx(100.0 / (280.0 / 3)));
+}
+
+TEST_CASE("placement: round robin deals tensors in layout order, and large tensors are partitioned", "[ps][placement]") {
+  const auto rr = ps::PlaceTensors(Sizes({10, 20, 30, 40, 50}), 2, "round_robin", 0);
+  CHECK(Names(rr, 0) == std::vector<std::string>{"t0", "t2", "t4"});
+  CHECK(Names(rr, 1) == std::vector<std::string>{"t1", "t3"});
+  // A 1000-float tensor over a 500-float threshold: 334 + 333 + 333, one part per shard,
+  // covering it exactly; the small ones are placed greedily around it.
+  const auto p = ps::PlaceTensors(Sizes({1000, 30, 20}), 3, "greedy", 500);
+  int64_t covered = 0;
+  for (int s = 0; s < 3; ++s) {
+    REQUIRE(!p.shards[size_t(s)].empty());
+    const auto& part = p.shards[size_t(s)].front();
+    CHECK(part.tensor == "t0 part " + std::to_string(s + 1) + "/3");
+    CHECK(part.offset == covered);
+    CHECK(part.count == (s == 0 ? 334 : 333));
+    covered += part.count;
+  }
+  CHECK(covered == 1000);
+  CHECK(p.Count(0) + p.Count(1) + p.Count(2) == 1050);
+  CHECK(Names(p, 1).back() == "t1");  // 30 onto the lightest (333 < 334), then 20 onto shard 2
+  CHECK(Names(p, 2).back() == "t2");
+}
+
+TEST_CASE("placement: a whole version travels exactly through shards that hold scattered tensors", "[ps][placement]") {
+  const auto layout = Sizes({7, 300, 11, 1200, 5, 64});
+  auto plan = std::make_shared<ps::Placement>(ps::PlaceTensors(layout, 3, "greedy", 1000));
+  const int64_t total = layout.total_size();
+  Fleet fleet(3);
+  auto pub_opt = fleet.Options(total, wire::ROLE_LEARNER), fetch_opt = fleet.Options(total, wire::ROLE_ACTOR);
+  pub_opt.placement = fetch_opt.placement = plan;
+  ps::ParamsPublisher pub(fleet.ctx, pub_opt);
+  ps::ParamsFetcher fetch(fleet.ctx, fetch_opt);
+  REQUIRE(pub.PutAll(Pattern(total, 3), 3, nullptr));
+  std::vector<float> params(total);
+  int64_t version = -1;
+  REQUIRE(fetch.WaitFirst(params, &version, std::chrono::seconds(10), nullptr));
+  CHECK(version == 3);
+  CHECK(params == Pattern(total, 3));
+  // A client with another plan (contiguous) gets no version: the slices do not match.
+  ps::ParamsFetcher other(fleet.ctx, fleet.Options(total, wire::ROLE_ACTOR));
+  std::vector<float> wrong(total);
+  int64_t other_version = -1;
+  CHECK_FALSE(other.WaitFirst(wrong, &other_version, std::chrono::seconds(1), nullptr));
+  CHECK_THAT(other.layout_mismatch(), Catch::Contains("another ps.placement"));
 }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "actors/actor.h"
+#include "ps/placement.h"
 #include "learner/checkpoint.h"
 #include "net/model.h"
 #include "wire/auth.h"
@@ -57,9 +58,11 @@ int ForgePuts(Attacker& a, bool nan, int count) {
   }
   const int64_t total = core->param_count();
   std::vector<float> data(size_t(total), nan ? std::numeric_limits<float>::quiet_NaN() : 1.0f);
+  // The run's own placement, so a put is refused for what it holds, not for its shape.
+  const ps::Placement plan = ps::PlacementFromConfig(a.cfg, core->layout());
   for (int i = 0; i < count; ++i) {
     for (int s = 0; s < S; ++s) {
-      const int64_t offset = total * s / S, end = total * (s + 1) / S;
+      const int64_t offset = plan.Start(s), end = offset + plan.Count(s);
       wire::PsRequest req;
       *req.mutable_sender() = wire::MakeSender(wire::ROLE_LEARNER, 0, 1);
       wire::ParamsSlice* put = req.mutable_put();
@@ -72,7 +75,7 @@ int ForgePuts(Attacker& a, bool nan, int count) {
       put->set_count(end - offset);
       put->set_total_size(total);
       put->set_layout_fingerprint(core->layout_fingerprint());
-      const wire::Frame frames[] = {{data.data() + offset, size_t(end - offset) * sizeof(float)}};
+      const wire::Frame frames[] = {{data.data(), size_t(end - offset) * sizeof(float)}};
       (void)wire::SendMessage(sockets[s], req, frames);
     }
     Pause(0.05);

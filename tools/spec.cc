@@ -20,6 +20,8 @@
 #include "net/from_config.h"
 #include "wire/config.h"
 #include "wire/tasks.h"
+#include "ps/placement.h"
+#include "tools/coordinator.h"
 #include "wire/trajectory.h"
 
 namespace stampede::tools {
@@ -165,6 +167,19 @@ bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::strin
     return false;
   }
   return true;
+}
+
+int RunPsPlanCommand(config::Config cfg) {
+  std::string error;
+  wire::StepShape shape;
+  std::unique_ptr<net::Model<float>> model;
+  if (!ResolveEnvSpec(SelfExePath(), &cfg, &error) || !ResolvedStepShape(cfg, &shape, &error) ||
+      !(model = net::MakeModelFromConfig(cfg, shape, &error))) {
+    std::fprintf(stderr, "stampede ps-plan: %s\n", error.c_str());
+    return 2;
+  }
+  std::fputs(ps::PlacementText(ps::PlacementFromConfig(cfg, model->layout())).c_str(), stdout);
+  return 0;
 }
 
 bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {

@@ -13,6 +13,10 @@ namespace stampede::tools {
 // text) on stdout. Exit code 0, or 2 with the env's error on stderr.
 int RunSpecCommand(const config::Config& cfg);
 
+// The body of `stampede ps-plan`: resolves the env's spec, builds the network and prints
+// its placement on the PS shards (ps/placement.h). Exit code 0, or 2 with the error.
+int RunPsPlanCommand(config::Config cfg);
+
 // Runs `self_exe spec` on `cfg` in a child process and stores the result in
 // cfg->env().resolved_spec(); makes a relative plug-in path absolute first. False with
 // the child's error (naming the env) on failure or when the spec cannot be trained on.

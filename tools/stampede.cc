@@ -109,6 +109,10 @@ int main(int argc, char** argv) {
   exporter->add_option("out", export_out, "Output .npz")->required();
   exporter->add_option("--config", export_config, "The run's config (default: config.textproto beside the checkpoint)");
 
+  auto* ps_plan = app.add_subcommand("ps-plan", "Print where the network's tensors go on the PS shards "
+                                                "(ps.placement), bytes per shard and the imbalance");
+  ps_plan->add_option("config", config_path, "Config file (protobuf text format)")->required();
+
   auto* spec = app.add_subcommand("spec", "Print the env's resolved spec (what `run` writes into the config)");
   spec->add_option("config", config_path, "Config file (protobuf text format)")->required();
 
@@ -138,7 +142,7 @@ int main(int argc, char** argv) {
   bench->add_option("--fleet-frames", bench_opt.fleet_frames,
                     "Frame budget of the end-to-end fleet run (0 skips it)")
       ->default_val(1000000);
-  for (auto* sub : {run, suite, spec, keys, roles[0], roles[1], roles[2], bench}) {
+  for (auto* sub : {run, suite, ps_plan, spec, keys, roles[0], roles[1], roles[2], bench}) {
     // One value per --set, so `--set a=1 CONFIG` leaves CONFIG to the positional.
     sub->add_option("--set", sets, "Override a config field: path=value (repeatable)")
         ->allow_extra_args(false);
@@ -188,6 +192,11 @@ int main(int argc, char** argv) {
     return result.exit_code != 0 ? result.exit_code : report_code;
   }
   if (report->parsed()) return stampede::tools::RunReportCommand(report_dir);
+  if (ps_plan->parsed()) {
+    stampede::LoadedConfig loaded;
+    if (!Load(config_path, sets, &loaded)) return 2;
+    return stampede::tools::RunPsPlanCommand(loaded.config);
+  }
   if (eval->parsed()) return stampede::tools::RunEvalCommand(eval_opt, stampede::tools::SelfExePath());
   if (exporter->parsed()) return stampede::tools::RunExportCommand(export_ckpt, export_out, export_config);
   if (spec->parsed()) {

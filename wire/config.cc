@@ -345,6 +345,7 @@ constexpr Range kRanges[] = {
     {"wire.max_abs_observation", 0, 3e38, true, false},
     {"wire.max_abs_reward", 0, 3e38, true, false},
     {"learner.popart_beta", 0, 1, true, false},
+    {"ps.partition_bytes", 0, 1e15, false, true},
     {"suite.obs_shape", 1, 65536, false, true},
     {"suite.task_lines_every", 0, 1e6, false, true},
 };
@@ -473,6 +474,12 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
     return false;
   }
   if (!ValidateTasks(loaded, error)) return false;
+  const std::string placement = c.ps().placement();
+  if (placement != "greedy" && placement != "round_robin" && placement != "contiguous") {
+    *error = loaded.Where("ps.placement") + ": ps.placement: \"" + placement +
+             "\" is not known, expected \"greedy\", \"round_robin\" or \"contiguous\"";
+    return false;
+  }
   if (c.cluster().ps_size() != 0 && c.cluster().ps_size() != c.ps().num_shards()) {
     *error = loaded.Where("cluster.ps") + ": cluster.ps: " + std::to_string(c.cluster().ps_size()) +
              " endpoints given, expected one per shard (ps.num_shards = " +
