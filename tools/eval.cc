@@ -14,6 +14,7 @@
 #include "learner/checkpoint.h"
 #include "net/distribution.h"
 #include "net/from_config.h"
+#include "tools/coordinator.h"
 #include "tools/spec.h"
 #include "wire/config.h"
 #include "wire/durable_file.h"
@@ -156,14 +157,12 @@ bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<E
     const bool record = !recorded;
     bool recording = record;
     if (record) {
-      const int side = std::max(task_shape.obs_shape.size() >= 2 ? task_shape.obs_shape.back() : 1, 1);
       std::vector<uint8_t> probe;
       if (!RenderObs(task_shape, task_obs.data(), 1, &probe, &fw, &fh)) {
         *error = "--record: task " + wire::TaskName(cfg, task) + "'s observations are vectors, not images; only envs with "
                  "image observations (MinAtar, Atari, Catch) can be recorded";
         return false;
       }
-      (void)side;
     }
     const int scale = std::max(1, 160 / std::max(1, fh));
     env->Reset(opt.seed + uint64_t(task) * 1000003u, task_obs.data());
@@ -455,7 +454,7 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   config::Config cfg;
   wire::StepShape shape;
   std::unique_ptr<net::Model<float>> net;
-  if (!LoadEvalConfig(checkpoint, config_path, "", &cfg, &error) || !ResolvedStepShape(cfg, &shape, &error) ||
+  if (!LoadEvalConfig(checkpoint, config_path, SelfExePath(), &cfg, &error) || !ResolvedStepShape(cfg, &shape, &error) ||
       !(net = net::MakeModelFromConfig(cfg, shape, &error))) {
     std::fprintf(stderr, "stampede export: %s\n", error.c_str());
     return 2;
