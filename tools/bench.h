@@ -16,6 +16,7 @@ struct BenchOptions {
   long long fleet_frames = 1000000;
   bool networks = false;  // --networks: the torso inference table instead
   bool gpu = false;       // --gpu: the CUDA learner step instead
+  bool broadcast = false; // --broadcast: PS fetch time of 16 clients instead
 };
 
 int RunBench(const BenchOptions& opt);
@@ -27,5 +28,8 @@ int RunNetworkBench(const BenchOptions& opt);
 // learner runs it: staging the next batch while the device computes, parameters copied
 // back for publishing) and how it compares with what 2 CPU cores of actors can feed.
 int RunGpuBench(const BenchOptions& opt);
+// Seconds for 16 concurrent clients to fetch a new 1M- / 10M-float version from 1, 2, 4
+// shards on loopback (tools/bench_broadcast.cc).
+int RunBroadcastBench(const BenchOptions& opt);
 
 }  // namespace stampede::tools
