@@ -81,6 +81,14 @@ net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg) {
   return o;
 }
 
+// The mean of a window, recomputed from the window itself (a running sum would keep the
+// rounding damage of one huge value forever); 0 for an empty one.
+double WindowMean(const std::deque<float>& window) {
+  double sum = 0;
+  for (float v : window) sum += v;
+  return window.empty() ? 0 : sum / double(window.size());
+}
+
 // One unroll of a received batch: the batch is shared by its n unrolls.
 struct UnrollRef {
   std::shared_ptr<const wire::TrajectoryBatch> batch;
@@ -122,22 +130,10 @@ struct Learner::Impl {
     int64_t episodes = 0, frames = 0, frames_to_target = -1;
     double lag_sum = 0;
     int64_t lag_count = 0;
-    double Mean(const std::deque<float>& v) const {
-      double sum = 0;
-      for (float r : v) sum += r;
-      return v.empty() ? 0 : sum / double(v.size());
-    }
   };
   std::vector<TaskStats> tasks;
   std::vector<float> popart_stats;  // PopArt: a copy of "popart/stats" for the status
   std::deque<float> returns, lengths;
-  // The mean of the window, recomputed from the window itself (a running sum would keep
-  // the rounding damage of one huge value forever).
-  double MeanReturn() const {
-    double sum = 0;
-    for (float r : returns) sum += r;
-    return returns.empty() ? 0 : sum / double(returns.size());
-  }
   int64_t episodes = 0;
   int64_t frames_to_target = -1;
   double lag_sum = 0;
@@ -389,7 +385,7 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
     ts.frames += frames;
     if (cfg.tasks_size() == 0) {
       if (frames_to_target < 0 && (stop_cfg.target_return() != 0 || stop_cfg.stop_at_target()) &&
-          returns.size() >= kReturnWindow && MeanReturn() >= stop_cfg.target_return()) {
+          returns.size() >= kReturnWindow && WindowMean(returns) >= stop_cfg.target_return()) {
         frames_to_target = now;
       }
       ts.frames_to_target = frames_to_target;
@@ -397,7 +393,7 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
       // A suite reaches its target when every task with a target has reached its own.
       const auto& task_cfg = cfg.tasks(b->meta.task_id());
       if (ts.frames_to_target < 0 && task_cfg.target_return() != 0 && ts.returns.size() >= kReturnWindow &&
-          ts.Mean(ts.returns) >= task_cfg.target_return()) {
+          WindowMean(ts.returns) >= task_cfg.target_return()) {
         ts.frames_to_target = now;
       }
       bool all = true, any = false;
@@ -613,11 +609,9 @@ void Learner::FillStatus(wire::Status* s) {
   if (m.zap && m.zap->rejected() > 0) (*s->mutable_refused_by_reason())["unauthorised_connection"] = m.zap->rejected();
   s->set_episodes(m.episodes);
   s->set_returns_counted(int(m.returns.size()));
-  double len = 0;
-  for (float l : m.lengths) len += l;
   s->set_frames_to_target(m.frames_to_target);
-  s->set_mean_return_100(m.MeanReturn());
-  s->set_mean_episode_length_100(m.lengths.empty() ? 0 : len / double(m.lengths.size()));
+  s->set_mean_return_100(WindowMean(m.returns));
+  s->set_mean_episode_length_100(WindowMean(m.lengths));
   s->set_policy_lag_mean(m.lag_count ? m.lag_sum / double(m.lag_count) : 0);
   s->set_policy_lag_max(m.lag_max);
   m.lag_sum = 0;
@@ -637,9 +631,9 @@ void Learner::FillStatus(wire::Status* s) {
     wire::TaskStatus* out = s->add_tasks();
     out->set_task(t);
     out->set_episodes(ts.episodes);
-    out->set_mean_return_100(ts.Mean(ts.returns));
+    out->set_mean_return_100(WindowMean(ts.returns));
     out->set_returns_counted(int(ts.returns.size()));
-    out->set_mean_episode_length_100(ts.Mean(ts.lengths));
+    out->set_mean_episode_length_100(WindowMean(ts.lengths));
     out->set_env_frames(ts.frames);
     out->set_policy_lag_mean(ts.lag_count ? ts.lag_sum / double(ts.lag_count) : 0);
     out->set_frames_to_target(ts.frames_to_target);
