@@ -273,8 +273,9 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
   wire::ConfigureSender(out, 1, 100);
   wire::LimitKernelBuffers(out, wire::TrajectoryBytes(cfg.actors().unroll_length(),
                                                      cfg.actors().envs_per_actor(), core->shape()));
-  if (curve) curve->MakeClient(out, wire::Identity("learner", 0));
-  out.connect(cfg.cluster().learner());
+  const int learner_index = LearnerOfActor(cfg, task_index);
+  if (curve) curve->MakeClient(out, wire::Identity("learner", learner_index));
+  out.connect(LearnerEndpoint(cfg, learner_index));
   wire::StatusChannel channel(ctx, cfg.cluster().coordinator(), sender, curve.get());
   wire::Status& status = channel.status();
   auto report = [&](const char* activity) {
@@ -290,6 +291,7 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
   co.max_message_bytes = cfg.cluster().max_message_bytes();
   co.sender = sender;
   co.curve = curve;
+  co.mixed_versions = ShardsOwnOptimizer(cfg);
   ps::ParamsFetcher fetcher(ctx, co);
   std::vector<float> params(core->param_count());
   int64_t version = -1;

@@ -20,8 +20,11 @@
 #include "learner/rmsprop.h"
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
+#include "ps/checkpoints.h"
 #include "ps/client.h"
 #include "ps/placement.h"
+#include "wire/durable_file.h"
+#include <filesystem>
 #include "replay/bounded_queue.h"
 #include "wire/config.h"
 #include "wire/tasks.h"
@@ -106,6 +109,16 @@ struct Learner::Impl {
   std::unique_ptr<zmq::socket_t> socket;  // receiver thread's, after Start
   std::unique_ptr<net::Model<float>> net;
   std::unique_ptr<ps::ParamsPublisher> publisher;
+  std::unique_ptr<ps::ParamsFetcher> fetcher;  // sync/async: the shards' parameters
+  int index = 0;
+  bool restarted = false;
+  bool ps_mode = false;  // the shards own the optimizer (sync/async)
+  int64_t others_at_start = 0;
+  // Sync/async chief: the sharded checkpoint in progress (0: none).
+  int64_t ckpt_sequence = 0;
+  std::string ckpt_dir;
+  Clock::time_point ckpt_started;
+  std::vector<wire::CheckpointDone> ckpt_done;
   std::vector<float> params, grad;
   std::unique_ptr<RmsProp> rms;
   std::unique_ptr<net::cuda::Trainer> gpu;  // learner.device "cuda:N": the step runs there
@@ -153,8 +166,19 @@ struct Learner::Impl {
       : self(s), cfg(c), ctx(z), bind_endpoint(std::move(ep)), incarnation(inc),
         queue(size_t(c.learner().queue_capacity())) {}
 
+  // Sync/async: the run's frames (the others' from the PS, ours counted here).
+  int64_t GlobalFrames() const { return self->frames_.load() + self->other_frames_.load(); }
+  // Sync/async: reads the newest parameters the shards have (non-blocking) and the
+  // counters that come with them.
+  bool PollParams(bool fresh = false);
+  // Sync/async chief: starts a sharded checkpoint, and completes it once every shard's
+  // part is written (true when one was completed by this call).
+  void StartShardedCheckpoint();
+  bool PollShardedCheckpoint(std::string* error);
+
   void ReceiveLoop();
   void TrainLoop();
+  void TrainLoopSharded();
   void Accept(std::shared_ptr<wire::TrajectoryBatch> b);
   // A trajectory's task id names a task of the run and its actions are that task's.
   wire::DropReason CheckTask(const wire::TrajectoryBatch& b, std::string* detail) const;
@@ -170,9 +194,12 @@ struct Learner::Impl {
 };
 
 Learner::Learner(const config::Config& cfg, zmq::context_t& ctx, std::string trajectory_endpoint,
-                 uint64_t incarnation, std::shared_ptr<const wire::Curve> curve)
+                 uint64_t incarnation, std::shared_ptr<const wire::Curve> curve, int index, bool restarted)
     : impl_(std::make_unique<Impl>(this, cfg, ctx, std::move(trajectory_endpoint), incarnation)) {
   impl_->curve = std::move(curve);
+  impl_->index = index;
+  impl_->restarted = restarted;
+  impl_->ps_mode = ShardsOwnOptimizer(cfg);
 }
 
 Learner::~Learner() { Stop(); }
@@ -195,7 +222,12 @@ bool Learner::Start(std::string* error) {
   m.rms = std::make_unique<RmsProp>(m.layout.total_size(),
                                     RmsPropOptions{oc.decay(), oc.momentum(), oc.epsilon()});
   if (!m.cfg.run_dir().empty()) m.checkpoint_path = m.cfg.run_dir() + "/checkpoint.bin";
-  if (!m.cfg.learner().restore_from().empty()) {
+  std::error_code exists_ec;
+  if (m.restarted && !m.ps_mode && !m.checkpoint_path.empty() && std::filesystem::exists(m.checkpoint_path, exists_ec)) {
+    // Restarted after a crash: continue from this run's newest checkpoint.
+    m.cfg.mutable_learner()->set_restore_from(m.checkpoint_path);
+  }
+  if (!m.cfg.learner().restore_from().empty() && !m.ps_mode) {
     CheckpointData d;
     if (!LoadCheckpoint(m.cfg.learner().restore_from(), &d, error)) return false;
     if (d.layout_fingerprint != m.layout.Fingerprint() || d.params.size() != m.params.size()) {
@@ -259,15 +291,62 @@ bool Learner::Start(std::string* error) {
   co.total_size = m.layout.total_size();
   co.layout_fingerprint = m.layout.Fingerprint();
   co.placement = std::make_shared<ps::Placement>(ps::PlacementFromConfig(m.cfg, m.layout));
-  co.sender = wire::MakeSender(wire::ROLE_LEARNER, 0, m.incarnation);
+  co.sender = wire::MakeSender(wire::ROLE_LEARNER, m.index, m.incarnation);
   co.curve = m.curve;
+  co.max_message_bytes = m.cfg.cluster().max_message_bytes();
+  co.learner_index = m.index;
+  co.mixed_versions = m.ps_mode;
   m.publisher = std::make_unique<ps::ParamsPublisher>(m.ctx, co);
-  if (!m.publisher->PutAll(m.params, version_.load(), &m.stop)) {
+  if (m.ps_mode || m.restarted) m.fetcher = std::make_unique<ps::ParamsFetcher>(m.ctx, co);
+  if (m.restarted && !m.ps_mode) {
+    // Never put a version at or below one the PS has served: continue above it, and
+    // continue the frame count the PS kept for this learner.
+    std::vector<float> served(m.params.size());
+    int64_t ps_version = -1;
+    if (m.fetcher->WaitFirst(served, &ps_version, std::chrono::seconds(3), &m.stop)) {
+      version_ = std::max(version_.load(), ps_version + 1);
+      steps_ = version_.load();
+    }
+    const auto& by_learner = m.fetcher->env_frames_by_learner();
+    if (!by_learner.empty()) frames_ = std::max(frames_.load(), by_learner[0]);
+    start_frames_ = frames_.load();
+    m.fetcher.reset();
+  }
+  m.publisher->set_env_frames(frames_.load());
+  if (m.ps_mode) {
+    // The chief initialises the shards (a shard that already has parameters, restored
+    // from a checkpoint, ignores this); everyone then takes the shards' parameters.
+    if (m.index == 0 && !m.publisher->PutAll(m.params, 0, &m.stop)) {
+      *error = "learner: stopped before the first parameters reached the PS";
+      return false;
+    }
+    const auto deadline = Clock::now() + std::chrono::duration<double>(m.cfg.actors().first_params_timeout_s());
+    while (!m.PollParams()) {
+      if (m.stop.load() || Clock::now() > deadline) {
+        *error = "learner " + std::to_string(m.index) + ": no parameters from the PS within " +
+                 std::to_string(int(m.cfg.actors().first_params_timeout_s())) + " s (actors.first_params_timeout_s)";
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    // A restarted learner continues the count the PS kept for it.
+    const auto& by_learner = m.fetcher->env_frames_by_learner();
+    if (size_t(m.index) < by_learner.size()) frames_ = std::max(frames_.load(), by_learner[size_t(m.index)]);
+    start_frames_ = frames_.load();
+    m.others_at_start = other_frames_.load();
+    if (m.index == 0 && !m.checkpoint_path.empty()) m.StartShardedCheckpoint();
+  } else if (!m.publisher->PutAll(m.params, version_.load(), &m.stop)) {
     *error = "learner: stopped before the first parameters reached the PS";
     return false;
   }
   m.receiver = std::thread([&m] { m.ReceiveLoop(); });
-  m.trainer = std::thread([&m] { m.TrainLoop(); });
+  m.trainer = std::thread([&m] {
+    if (m.ps_mode) {
+      m.TrainLoopSharded();
+    } else {
+      m.TrainLoop();
+    }
+  });
   return true;
 }
 
@@ -298,14 +377,14 @@ void Learner::Impl::ReceiveLoop() {
   zmq::pollitem_t items[] = {{socket->handle(), 0, ZMQ_POLLIN, 0}};
   const int64_t budget = cfg.stop().total_env_frames();
   while (!stop.load()) {
-    if (self->frames_.load() >= budget) {
+    if (GlobalFrames() >= budget) {
       // The global frame budget is spent: take no more (the coordinator stops the run).
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
     wire::Poll(items, 1, std::chrono::milliseconds(100));
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
-    while (!stop.load() && self->frames_.load() < budget &&
+    while (!stop.load() && GlobalFrames() < budget &&
            wire::RecvMultipart(*socket, &parts, false)) {
       wire::TraceSpan span("receive", "learner");
       auto b = std::make_shared<wire::TrajectoryBatch>();
@@ -313,7 +392,9 @@ void Learner::Impl::ReceiveLoop() {
       expect.unroll_length = cfg.actors().unroll_length();
       expect.num_unrolls = cfg.actors().envs_per_actor();
       expect.shape = shape;
-      expect.newest_policy_version = self->version_.load();
+      // Sync/async: an actor may have read a shard's newer version than this learner has
+      // yet, by up to a restarted shard's jump (ps/checkpoints.h, version marks).
+      expect.newest_policy_version = self->version_.load() + (ps_mode ? 100000 : 0);
       expect.max_abs_observation = cfg.wire().max_abs_observation();
       expect.max_abs_reward = cfg.wire().max_abs_reward();
       expect.max_episode_length = cfg.env().resolved_spec().max_episode_steps();
@@ -554,6 +635,173 @@ void Learner::Impl::TrainLoop() {
   }
 }
 
+bool Learner::Impl::PollParams(bool fresh) {
+  int64_t v = self->version_.load();
+  const bool got = fresh ? fetcher->PollFresh(params, &v, std::chrono::microseconds(1000)) : fetcher->Poll(params, &v);
+  if (got) self->version_ = v;
+  const auto& by = fetcher->env_frames_by_learner();
+  int64_t others = 0;
+  for (size_t l = 0; l < by.size(); ++l) others += int(l) == index ? 0 : by[l];
+  self->other_frames_ = others;
+  return got;
+}
+
+void Learner::Impl::StartShardedCheckpoint() {
+  const std::string root = cfg.run_dir() + "/checkpoints";
+  ckpt_sequence = ps::NextCheckpointSequence(root);
+  ckpt_dir = ps::CheckpointDir(root, ckpt_sequence);
+  std::error_code ec;
+  std::filesystem::create_directories(ckpt_dir, ec);
+  ckpt_done.clear();
+  ckpt_started = Clock::now();
+  if (ec || !publisher->RequestCheckpoint(ckpt_sequence, ckpt_dir)) {
+    std::lock_guard lock(mu);
+    checkpoint_error = "cannot start checkpoint " + ckpt_dir + (ec ? ": " + ec.message() : ": a shard's queue is full");
+    ++checkpoint_failures;
+    ckpt_sequence = 0;
+  }
+}
+
+bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
+  if (ckpt_sequence == 0) return false;
+  std::vector<wire::CheckpointDone> done;
+  publisher->PollCheckpointDone(&done);
+  for (const auto& d : done) {
+    if (d.sequence() != ckpt_sequence) continue;
+    if (!d.error().empty()) {
+      *error = "ps " + std::to_string(d.shard()) + " could not write its part of " + ckpt_dir + ": " + d.error();
+      ckpt_sequence = 0;
+      return false;
+    }
+    ckpt_done.push_back(d);
+  }
+  const int S = cfg.ps().num_shards();
+  std::set<int> shards;
+  for (const auto& d : ckpt_done) shards.insert(d.shard());
+  if (int(shards.size()) < S) {
+    if (Clock::now() - ckpt_started > std::chrono::seconds(60)) {
+      *error = ckpt_dir + ": only " + std::to_string(shards.size()) + " of " + std::to_string(S) +
+               " shards wrote their part within 60 s";
+      ckpt_sequence = 0;
+    }
+    return false;
+  }
+  // Every shard's part is on disk: the chief's parts, then the manifest that completes it.
+  ps::Manifest m;
+  m.sequence = ckpt_sequence;
+  std::vector<bool> listed(size_t(S), false);
+  for (const auto& d : ckpt_done) {
+    if (listed[size_t(d.shard())]) continue;
+    listed[size_t(d.shard())] = true;
+    if (d.shard() == 0) m.version = d.version();
+    m.parts.push_back({d.file(), d.bytes(), d.checksum()});
+  }
+  m.learner_frames = fetcher->env_frames_by_learner();
+  if (size_t(index) < m.learner_frames.size()) m.learner_frames[size_t(index)] = self->frames_.load();
+  const std::string counters = "version " + std::to_string(m.version) + "\nenv_frames " +
+                               std::to_string(GlobalFrames()) + "\nlearner_steps " + std::to_string(self->steps_.load()) + "\n";
+  const std::pair<std::string, std::string> chief_parts[] = {{"config.textproto", ConfigToText(cfg)},
+                                                             {"counters.txt", counters}};
+  for (const auto& [name, text] : chief_parts) {
+    if (!wire::WriteFileAtomically(ckpt_dir + "/" + name, text, error)) {
+      ckpt_sequence = 0;
+      return false;
+    }
+    m.parts.push_back({name, int64_t(text.size()), ps::Fnv1a64(text.data(), text.size())});
+  }
+  ckpt_sequence = 0;
+  if (!ps::WriteManifest(ckpt_dir, m, error)) return false;
+  ps::PruneCheckpoints(cfg.run_dir() + "/checkpoints", cfg.learner().checkpoints_kept());
+  return true;
+}
+
+void Learner::Impl::TrainLoopSharded() {
+  const auto& lc = cfg.learner();
+  const int B = lc.batch_size(), T = cfg.actors().unroll_length();
+  const LossOptions lo = LossOptionsFrom(cfg);
+  const double lr0 = lc.optimizer().learning_rate();
+  const double total_frames = double(cfg.stop().total_env_frames());
+  const bool sync = lc.update_mode() == "sync";
+  const bool chief = index == 0 && !checkpoint_path.empty();
+  Batch batch;
+  batch.Resize(T, B, shape);
+  std::vector<UnrollRef> items;
+  std::vector<int64_t> pushed;  // each shard's version our newest gradient was computed on
+  auto last_checkpoint = Clock::now();
+  while (!stop.load()) {
+    PollParams();
+    if (chief) {
+      std::string error;
+      if (PollShardedCheckpoint(&error)) last_checkpoint = Clock::now();
+      if (!error.empty()) {
+        std::fprintf(stderr, "learner: checkpoint failed: %s\n", error.c_str());
+        std::lock_guard lock(mu);
+        checkpoint_error = error;
+        ++checkpoint_failures;
+      }
+      if (ckpt_sequence == 0 && lc.checkpoint_interval_s() > 0 &&
+          Clock::now() - last_checkpoint > std::chrono::duration<double>(lc.checkpoint_interval_s())) {
+        StartShardedCheckpoint();
+        last_checkpoint = Clock::now();
+      }
+    }
+    if (sync && !pushed.empty()) {
+      // Sync: the next gradient must be computed on the version our last one helped make.
+      const auto& now_at = fetcher->shard_versions();
+      bool moved = true;
+      for (size_t i = 0; i < pushed.size(); ++i) moved = moved && now_at[i] > pushed[i];
+      if (!moved) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        continue;
+      }
+    }
+    if (!queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(5))) continue;
+    const auto start = Clock::now();
+    PollParams(true);  // the newest parameters the shards hold now
+    double lr = lr0;
+    if (lc.optimizer().linear_decay()) lr = lr0 * std::max(0.0, 1.0 - double(GlobalFrames()) / total_frames);
+    {
+      wire::TraceSpan span("assemble", "learner");
+      Assemble(items, &batch);
+      items.clear();
+    }
+    std::fill(grad.begin(), grad.end(), 0.f);
+    const LossStats st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data());
+    const double norm = ClipGlobalNorm(grad, lc.max_grad_norm());
+    if (!std::isfinite(st.total) || !std::isfinite(norm)) {
+      std::lock_guard lock(mu);
+      if (skipped_steps++ % 1000 == 0) {
+        std::fprintf(stderr, "learner: skipped a step with a non-finite loss or gradient (%lld so far)\n",
+                     (long long)skipped_steps);
+      }
+      continue;
+    }
+    pushed = fetcher->shard_versions();
+    {
+      wire::TraceSpan span("push", "learner");
+      publisher->set_env_frames(self->frames_.load());
+      if (!publisher->PushGradient(grad, pushed, lr, &stop)) break;
+    }
+    ++self->steps_;
+    const int64_t version = self->version_.load();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    std::lock_guard lock(mu);
+    for (int b = 0; b < B; ++b) {
+      const int64_t lag = std::max<int64_t>(0, version - batch.policy_versions[b]);
+      lag_sum += double(lag);
+      ++lag_count;
+      lag_max = std::max(lag_max, lag);
+      TaskStats& ts = tasks[size_t(batch.tasks[b])];
+      ts.lag_sum += double(lag);
+      ++ts.lag_count;
+    }
+    last_loss = st;
+    last_grad_norm = norm;
+    last_lr = lr;
+    train_seconds += seconds;
+  }
+}
+
 bool Learner::Impl::SaveCheckpoint(std::string* error) {
   if (WriteCheckpointFile(error)) return true;
   std::lock_guard lock(mu);
@@ -574,7 +822,7 @@ bool Learner::Impl::WriteCheckpointFile(std::string* error) {
   d.layout_fingerprint = layout.Fingerprint();
   d.layout_text = LayoutText(layout);
   d.version = self->version_.load();
-  d.env_frames = self->frames_.load();
+  d.env_frames = GlobalFrames();
   d.learner_steps = self->steps_.load();
   d.params = params;
   d.rms_mean_square = rms->mean_square();
@@ -583,16 +831,40 @@ bool Learner::Impl::WriteCheckpointFile(std::string* error) {
 }
 
 bool Learner::WriteCheckpoint(std::string* error) {
-  if (impl_->checkpoint_path.empty()) {
+  Impl& m = *impl_;
+  if (m.checkpoint_path.empty()) {
     *error = "no run_dir, so no checkpoint path";
     return false;
   }
-  return impl_->SaveCheckpoint(error);
+  if (m.ps_mode) {
+    if (m.index != 0) return true;  // the chief checkpoints for everyone
+    // The shards' parts (they stop after the learners), then the parameters for eval.
+    m.PollShardedCheckpoint(error);  // one in progress completes or is dropped
+    error->clear();
+    m.StartShardedCheckpoint();
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (m.ckpt_sequence != 0 && Clock::now() < deadline) {
+      if (m.PollShardedCheckpoint(error)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (m.ckpt_sequence != 0) *error = m.ckpt_dir + ": the shards did not write their parts within 20 s";
+    m.ckpt_sequence = 0;
+    for (int i = 0; i < 20 && !m.PollParams(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!error->empty()) {
+      std::lock_guard lock(m.mu);
+      m.checkpoint_error = *error;
+      ++m.checkpoint_failures;
+      return false;
+    }
+  }
+  return m.SaveCheckpoint(error);
 }
 
 void Learner::FillStatus(wire::Status* s) {
   Impl& m = *impl_;
   s->set_env_frames(frames_.load());
+  s->set_learner_index(m.index);
+  s->set_global_env_frames(m.GlobalFrames());
   s->set_start_env_frames(start_frames_);
   s->set_learner_steps(steps_.load());
   s->set_policy_version(version_.load());

@@ -28,8 +28,12 @@ class Learner {
   // `trajectory_endpoint` is where the PULL socket binds (may end in ":*" in tests).
   // `curve`: the run's keys (CURVE on: only actors may send trajectories, and puts to
   // the PS are authenticated), or null. The learner runs the context's ZAP handler.
+  // `index`: this learner's index (0 is the chief); `restarted`: the coordinator started it
+  // again after it died (relay mode: it restores RUN_DIR/checkpoint.bin and numbers its
+  // versions above what the PS holds).
   Learner(const config::Config& cfg, zmq::context_t& ctx, std::string trajectory_endpoint,
-          uint64_t incarnation, std::shared_ptr<const wire::Curve> curve = nullptr);
+          uint64_t incarnation, std::shared_ptr<const wire::Curve> curve = nullptr, int index = 0,
+          bool restarted = false);
   ~Learner();
 
   // Binds, initialises (or restores) parameters, puts version 0 to every PS shard
@@ -42,6 +46,9 @@ class Learner {
   // restart after each call.
   void FillStatus(wire::Status* status);
   // Writes RUN_DIR/checkpoint.bin (call after Stop, or let the trainer do it periodically).
+  // Sync/async: the chief also has the shards write a sharded checkpoint (ps/checkpoints.h)
+  // and waits for it; RUN_DIR/checkpoint.bin then holds the parameters (for eval and
+  // export) with the optimizer state left at zero (it lives on the shards).
   [[nodiscard]] bool WriteCheckpoint(std::string* error);
 
   int64_t learner_steps() const { return steps_.load(); }
@@ -55,6 +62,7 @@ class Learner {
   std::unique_ptr<Impl> impl_;
   std::atomic<int64_t> steps_{0}, frames_{0}, version_{0};
   int64_t start_frames_ = 0;  // frames restored from a checkpoint; set in Start
+  std::atomic<int64_t> other_frames_{0};  // sync/async: frames of the other learners (from the PS)
 };
 
 }  // namespace stampede::learner

@@ -77,11 +77,16 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
     ShardState& s = *shards_[i];
     while (wire::RecvMultipart(s.socket, &parts, false)) {
       s.outstanding = false;
+      ++replies_;
       wire::ParamsSlice reply;
       if (parts.empty() || !wire::ParseFrame(parts[0], &reply) ||
           !wire::CheckProtocol(reply.sender()).empty()) {
         ++rejected_;
         continue;
+      }
+      if (i == 0) {
+        global_frames_ = reply.global_env_frames();
+        frames_by_learner_.assign(reply.env_frames_by_learner().begin(), reply.env_frames_by_learner().end());
       }
       if (!reply.has_params()) continue;
       const net::Slice mine{opt_.placement->Start(i), opt_.placement->Count(i)};
@@ -111,12 +116,13 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
         ++rejected_;
         continue;
       }
-      if (reply.version() <= *version || reply.version() < s.version) continue;
+      if (reply.version() <= s.version || (!opt_.mixed_versions && reply.version() <= *version)) continue;
       s.version = reply.version();
       s.data.resize(mine.count);
       std::memcpy(s.data.data(), parts[1].data(), parts[1].size());
     }
   }
+  if (opt_.mixed_versions) return PollMixed(params, version);
   // The version to assemble: the newest any shard has given us.
   int64_t target = -1;
   for (const auto& s : shards_) target = std::max(target, s->version);
@@ -125,6 +131,7 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
     for (const auto& s : shards_) complete = complete && s->version == target;
     if (complete) {
       for (int i = 0; i < S; ++i) opt_.placement->Scatter(i, shards_[i]->data.data(), params.data());
+      assembled_.assign(size_t(S), target);
       *version = target;
       return true;
     }
@@ -140,6 +147,45 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
     }
   }
   return false;
+}
+
+bool ParamsFetcher::PollMixed(std::span<float> params, int64_t* version) {
+  const int S = int(shards_.size());
+  assembled_.resize(size_t(S), -1);
+  bool all = true, changed = false;
+  for (const auto& s : shards_) all = all && s->version >= 0;
+  if (all) {
+    int64_t oldest = shards_[0]->version;
+    for (int i = 0; i < S; ++i) {
+      ShardState& s = *shards_[i];
+      oldest = std::min(oldest, s.version);
+      if (s.version == assembled_[size_t(i)]) continue;
+      opt_.placement->Scatter(i, s.data.data(), params.data());
+      assembled_[size_t(i)] = s.version;
+      changed = true;
+    }
+    if (changed) *version = oldest;
+  }
+  const auto now = Clock::now();
+  for (int i = 0; i < S; ++i) {
+    ShardState& s = *shards_[i];
+    if (s.outstanding && now - s.sent_at < kRequestTimeout) continue;
+    Request(i, s.version + 1, 0);  // anything newer from this shard
+  }
+  return changed;
+}
+
+bool ParamsFetcher::PollFresh(std::span<float> params, int64_t* version, std::chrono::microseconds max_wait) {
+  const auto deadline = Clock::now() + max_wait;
+  bool got = Poll(params, version);
+  int64_t seen = replies_;
+  while (Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    got = Poll(params, version) || got;
+    if (replies_ == seen) break;  // nothing more came: the shards have nothing newer
+    seen = replies_;
+  }
+  return got;
 }
 
 bool ParamsFetcher::WaitFirst(std::span<float> params, int64_t* version,
@@ -158,7 +204,7 @@ ParamsPublisher::ParamsPublisher(zmq::context_t& ctx, ClientOptions opt) : opt_(
   for (const auto& ep : opt_.endpoints) {
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     wire::ConfigureSender(s, 4, 0);
-    wire::ConfigureReceiver(s, 1 << 16);  // shards never answer puts
+    wire::ConfigureReceiver(s, 1 << 16);  // shards answer only checkpoint requests
     if (opt_.curve) opt_.curve->MakeClient(s, wire::Identity("ps", int(sockets_.size())));
     s.connect(ep);
     sockets_.push_back(std::move(s));
@@ -167,12 +213,10 @@ ParamsPublisher::ParamsPublisher(zmq::context_t& ctx, ClientOptions opt) : opt_(
 }
 ParamsPublisher::~ParamsPublisher() = default;
 
-bool ParamsPublisher::PutShard(int shard, std::span<const float> params, int64_t version) {
+const float* ParamsPublisher::Slice(int shard, std::span<const float> values, int64_t version,
+                                    wire::ParamsSlice* put) {
   const int S = int(sockets_.size());
   const net::Slice mine{opt_.placement->Start(shard), opt_.placement->Count(shard)};
-  wire::PsRequest req;
-  *req.mutable_sender() = opt_.sender;
-  wire::ParamsSlice* put = req.mutable_put();
   *put->mutable_sender() = opt_.sender;
   put->set_has_params(true);
   put->set_version(version);
@@ -182,15 +226,62 @@ bool ParamsPublisher::PutShard(int shard, std::span<const float> params, int64_t
   put->set_count(mine.count);
   put->set_total_size(opt_.total_size);
   put->set_layout_fingerprint(opt_.layout_fingerprint);
+  put->set_learner_index(opt_.learner_index);
+  put->set_learner_env_frames(env_frames_);
   // One range: sent in place; several: gathered into one buffer first.
-  const float* data = params.data() + opt_.placement->shards[size_t(shard)].front().offset;
-  if (!opt_.placement->contiguous_single(shard)) {
-    gather_.resize(size_t(mine.count));
-    opt_.placement->Gather(shard, params.data(), gather_.data());
-    data = gather_.data();
-  }
-  const wire::Frame frames[] = {{data, size_t(mine.count) * sizeof(float)}};
+  if (opt_.placement->contiguous_single(shard)) return values.data() + opt_.placement->shards[size_t(shard)].front().offset;
+  gather_.resize(size_t(mine.count));
+  opt_.placement->Gather(shard, values.data(), gather_.data());
+  return gather_.data();
+}
+
+bool ParamsPublisher::PutShard(int shard, std::span<const float> params, int64_t version) {
+  wire::PsRequest req;
+  *req.mutable_sender() = opt_.sender;
+  const float* data = Slice(shard, params, version, req.mutable_put());
+  const wire::Frame frames[] = {{data, size_t(req.put().count()) * sizeof(float)}};
   return wire::SendMessage(sockets_[shard], req, frames);
+}
+
+bool ParamsPublisher::PushGradient(std::span<const float> grad, const std::vector<int64_t>& shard_versions,
+                                   double learning_rate, const std::atomic<bool>* stop) {
+  for (int i = 0; i < int(sockets_.size()); ++i) {
+    wire::PsRequest req;
+    *req.mutable_sender() = opt_.sender;
+    wire::PushGradient* push = req.mutable_push();
+    push->set_learning_rate(learning_rate);
+    const float* data = Slice(i, grad, shard_versions.at(size_t(i)), push->mutable_slice());
+    const wire::Frame frames[] = {{data, size_t(push->slice().count()) * sizeof(float)}};
+    while (!wire::SendMessage(sockets_[size_t(i)], req, frames)) {
+      if (stop != nullptr && stop->load()) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return true;
+}
+
+bool ParamsPublisher::RequestCheckpoint(int64_t sequence, const std::string& directory) {
+  bool all = true;
+  for (auto& socket : sockets_) {
+    wire::PsRequest req;
+    *req.mutable_sender() = opt_.sender;
+    req.mutable_checkpoint()->set_sequence(sequence);
+    req.mutable_checkpoint()->set_directory(directory);
+    all = wire::SendMessage(socket, req, {}) && all;
+  }
+  return all;
+}
+
+void ParamsPublisher::PollCheckpointDone(std::vector<wire::CheckpointDone>* done) {
+  std::vector<zmq::message_t> parts;
+  for (auto& socket : sockets_) {
+    while (wire::RecvMultipart(socket, &parts, false)) {
+      wire::CheckpointDone d;
+      if (parts.size() == 1 && wire::ParseFrame(parts[0], &d) && wire::CheckProtocol(d.sender()).empty()) {
+        done->push_back(d);
+      }
+    }
+  }
 }
 
 bool ParamsPublisher::Put(std::span<const float> params, int64_t version) {

@@ -32,6 +32,13 @@ struct ClientOptions {
   // Which ranges of the vector each shard holds (ps/placement.h); null: equal contiguous
   // slices. Every client of a run must use the same plan (PlacementFromConfig).
   std::shared_ptr<const Placement> placement;
+  // Shards that own the optimizer (sync/async) number their versions each on its own:
+  // the fetcher then takes each shard's newest slice as it comes (as TensorFlow's
+  // asynchronous workers read variables) and the assembled version is the smallest of
+  // the shards' versions. Off: a version is reported only when every shard has it.
+  bool mixed_versions = false;
+  // Learners: the index and cumulative frame count puts and pushes carry (ps/shard.h).
+  int learner_index = 0;
 };
 
 // Assembles whole versions from all shards without ever blocking the caller: Poll()
@@ -46,20 +53,34 @@ class ParamsFetcher {
   bool Poll(std::span<float> params, int64_t* version);
   // Blocks (polling every 10 ms) until a first complete version arrives, `timeout`
   // passes or *stop becomes true.
+  // Poll, then keep polling for up to `max_wait` while replies keep arriving: a learner
+  // about to compute a gradient takes the newest version the shards have right now
+  // (a reply read by Poll may be older than what its shard holds by then).
+  bool PollFresh(std::span<float> params, int64_t* version, std::chrono::microseconds max_wait);
   bool WaitFirst(std::span<float> params, int64_t* version, std::chrono::duration<double> timeout,
                  const std::atomic<bool>* stop);
   int64_t rejected_replies() const { return rejected_; }
+  // Each shard's version of the parameters last copied out by Poll.
+  const std::vector<int64_t>& shard_versions() const { return assembled_; }
+  // The counters of shard 0's newest reply: each learner's frames and their sum (-1: none yet).
+  int64_t global_env_frames() const { return global_frames_; }
+  const std::vector<int64_t>& env_frames_by_learner() const { return frames_by_learner_; }
   // Non-empty once a shard has answered with another network's parameters (a layout
   // that can never fit): what differs.
   const std::string& layout_mismatch() const { return mismatch_; }
 
  private:
   struct ShardState;
+  bool PollMixed(std::span<float> params, int64_t* version);
   std::string mismatch_;
   void Request(int shard, int64_t min_version, int64_t exact_version);
   ClientOptions opt_;
   std::vector<std::unique_ptr<ShardState>> shards_;
   int64_t rejected_ = 0;
+  int64_t replies_ = 0;  // replies read, in all
+  std::vector<int64_t> assembled_;
+  int64_t global_frames_ = -1;
+  std::vector<int64_t> frames_by_learner_;
 };
 
 // Puts a new version of the whole vector to every shard (each gets its slice).
@@ -74,8 +95,22 @@ class ParamsPublisher {
   bool Put(std::span<const float> params, int64_t version);
   // Retries until every shard has accepted `version` into its send queue or *stop.
   bool PutAll(std::span<const float> params, int64_t version, const std::atomic<bool>* stop);
+  // The frame count the next puts and pushes carry.
+  void set_env_frames(int64_t frames) { env_frames_ = frames; }
+  // Sync/async: pushes each shard its slice of `grad`, tagged with the version of that
+  // shard's parameters it was computed on. Retries a full queue until *stop.
+  bool PushGradient(std::span<const float> grad, const std::vector<int64_t>& shard_versions, double learning_rate,
+                    const std::atomic<bool>* stop);
+  // Asks every shard for its part of checkpoint `sequence` in `directory`.
+  bool RequestCheckpoint(int64_t sequence, const std::string& directory);
+  // Reads shards' answers to checkpoint requests (non-blocking); appends them to `done`.
+  void PollCheckpointDone(std::vector<wire::CheckpointDone>* done);
 
  private:
+  // Fills a put's or push's geometry and counters for `shard`; returns its data
+  // (gathered when the shard's ranges are not one block).
+  const float* Slice(int shard, std::span<const float> values, int64_t version, wire::ParamsSlice* out);
+  int64_t env_frames_ = 0;
   bool PutShard(int shard, std::span<const float> params, int64_t version);
   ClientOptions opt_;
   std::vector<zmq::socket_t> sockets_;

@@ -5,8 +5,14 @@
 #include <cmath>
 #include <cstring>
 
+#include <algorithm>
+#include <filesystem>
+
+#include "net/kernel_math.h"
 #include "net/layout.h"
+#include "ps/checkpoints.h"
 #include "wire/auth.h"
+#include "wire/durable_file.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::ps {
@@ -18,6 +24,7 @@ const char* RefusalName(Refusal r) {
     case Refusal::kNonFinite: return "non_finite";
     case Refusal::kStalePut: return "stale_put";
     case Refusal::kUnauthorisedPut: return "unauthorised_put";
+    case Refusal::kWrongMode: return "wrong_mode";
     default: return "unknown";
   }
 }
@@ -41,12 +48,32 @@ struct Shard::Snapshot {
   std::vector<float> data;
 };
 
+UpdateMode UpdateModeOf(const std::string& name) {
+  return name == "sync" ? UpdateMode::kSync : name == "async" ? UpdateMode::kAsync : UpdateMode::kRelay;
+}
+
 Shard::Shard(zmq::context_t& ctx, ShardOptions opt)
     : opt_(opt), socket_(ctx, zmq::socket_type::router) {
   wire::ConfigureReceiver(socket_, opt_.max_message_bytes);
   socket_.set(zmq::sockopt::router_mandatory, 0);
   socket_.set(zmq::sockopt::sndhwm, 1000);
   if (opt_.curve != nullptr) opt_.curve->MakeServer(socket_, wire::kDomainParams);
+  learner_frames_.assign(size_t(std::max(1, opt_.num_learners)), 0);
+  if (!opt_.version_mark_path.empty()) version_mark_ = ReadVersionMark(opt_.version_mark_path);
+  if (const auto& r = opt_.restore) {
+    // Continue above anything this shard may have served before it died.
+    total_size_ = r->total_size;
+    layout_fingerprint_ = r->layout_fingerprint;
+    offset_ = r->offset;
+    count_ = r->count;
+    for (size_t l = 0; l < r->learner_frames.size() && l < learner_frames_.size(); ++l) {
+      learner_frames_[l] = r->learner_frames[l];
+    }
+    current_ = r->params;
+    ms_ = r->mean_square;
+    mom_ = r->momentum;
+    Publish(std::max(r->version, version_mark_), current_.data());
+  }
 }
 
 Shard::~Shard() = default;
@@ -87,11 +114,64 @@ void Shard::Handle(const std::vector<zmq::message_t>& parts) {
   }
   if (req.has_put()) {
     HandlePut(req.put(), parts.size() == 3 ? &parts[2] : nullptr, wire::PeerIdentity(parts[1]));
+  } else if (req.has_push()) {
+    HandlePush(req.push(), parts.size() == 3 ? &parts[2] : nullptr, wire::PeerIdentity(parts[1]));
+  } else if (req.has_checkpoint()) {
+    if (opt_.curve != nullptr && wire::IdentityRole(wire::PeerIdentity(parts[1])) != "learner") {
+      Refuse(Refusal::kUnauthorisedPut, "a checkpoint request from a peer that is not a learner");
+      return;
+    }
+    HandleCheckpoint(parts[0], req.checkpoint());
   } else if (req.has_get()) {
     HandleGet(parts[0], req.get());
   } else {
     Refuse(Refusal::kUnparsable, "neither a put nor a get");
   }
+}
+
+const char* Shard::CheckSlice(const wire::ParamsSlice& put, const zmq::message_t* data) const {
+  // The learner's placement (ps/placement.h) decides the slice; it must lie inside the
+  // vector, and stay the same from put to put.
+  if (put.shard() != opt_.shard || put.num_shards() != opt_.num_shards) return "put for another shard";
+  if (put.offset() < 0 || put.count() <= 0 || put.total_size() <= 0 || put.offset() > put.total_size() - put.count() ||
+      data == nullptr || data->size() != size_t(put.count()) * sizeof(float)) {
+    return "put slice does not fit its parameter vector";
+  }
+  if (total_size_ >= 0 && (put.offset() != offset_ || put.count() != count_)) {
+    return "put slice differs from this shard's slice";
+  }
+  if (total_size_ >= 0 && (put.total_size() != total_size_ || put.layout_fingerprint() != layout_fingerprint_)) {
+    return "put for a different parameter layout";
+  }
+  if (put.learner_index() < 0 || put.learner_index() >= int(learner_frames_.size()) || put.learner_env_frames() < 0) {
+    return "learner index or frame count out of range";
+  }
+  return nullptr;
+}
+
+void Shard::CountFrames(const wire::ParamsSlice& slice) {
+  auto& mine = learner_frames_[size_t(slice.learner_index())];
+  mine = std::max(mine, slice.learner_env_frames());
+}
+
+void Shard::Publish(int64_t version, const float* values) {
+  if (!opt_.version_mark_path.empty() && version >= version_mark_) {
+    // Reserve a block of versions before serving any of them.
+    constexpr int64_t kBlock = 1000;
+    std::string error;
+    if (WriteVersionMark(opt_.version_mark_path, version + kBlock, &error)) {
+      version_mark_ = version + kBlock;
+    } else {
+      std::fprintf(stderr, "ps %d: cannot write the version mark: %s\n", opt_.shard, error.c_str());
+    }
+  }
+  auto snap = std::make_shared<Snapshot>();
+  snap->version = version;
+  snap->data.assign(values, values + count_);
+  versions_.push_back(std::move(snap));
+  while (int(versions_.size()) > opt_.versions_kept) versions_.pop_front();
+  stats_.newest_version = version;
+  AnswerWaiting();
 }
 
 void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, const std::string& peer) {
@@ -101,22 +181,9 @@ void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, 
                                           "; only learners may put");
     return;
   }
-  // The learner's placement (ps/placement.h) decides the slice; it must lie inside the
-  // vector, and stay the same from put to put.
-  const char* problem = nullptr;
+  const char* problem = CheckSlice(put, data);
   Refusal why = Refusal::kWrongLayout;
-  if (put.shard() != opt_.shard || put.num_shards() != opt_.num_shards) {
-    problem = "put for another shard";
-  } else if (put.offset() < 0 || put.count() <= 0 || put.total_size() <= 0 ||
-             put.offset() > put.total_size() - put.count() || data == nullptr ||
-             data->size() != size_t(put.count()) * sizeof(float)) {
-    problem = "put slice does not fit its parameter vector";
-  } else if (total_size_ >= 0 && (put.offset() != offset_ || put.count() != count_)) {
-    problem = "put slice differs from this shard's slice";
-  } else if (total_size_ >= 0 && (put.total_size() != total_size_ ||
-                                  put.layout_fingerprint() != layout_fingerprint_)) {
-    problem = "put for a different parameter layout";
-  } else {
+  if (problem == nullptr) {
     // Never serve non-finite parameters: actors would act on NaN.
     const float* v = static_cast<const float*>(data->data());
     for (int64_t i = 0; i < put.count() && problem == nullptr; ++i) {
@@ -130,23 +197,140 @@ void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, 
     Refuse(why, problem);
     return;
   }
-  if (!versions_.empty() && put.version() <= versions_.back()->version) {
+  CountFrames(put);
+  // Sync/async: a put only initialises the shard (the chief's version 0); after that the
+  // shard's own optimizer makes every version.
+  if (!versions_.empty() && (put.version() <= versions_.back()->version || opt_.mode != UpdateMode::kRelay)) {
     Refuse(Refusal::kStalePut, {});
     return;
   }
-  auto snap = std::make_shared<Snapshot>();
-  snap->version = put.version();
-  snap->data.resize(put.count());
-  std::memcpy(snap->data.data(), data->data(), data->size());
   total_size_ = put.total_size();
   layout_fingerprint_ = put.layout_fingerprint();
   offset_ = put.offset();
   count_ = put.count();
-  versions_.push_back(std::move(snap));
-  while (int(versions_.size()) > opt_.versions_kept) versions_.pop_front();
   ++stats_.puts;
-  stats_.newest_version = put.version();
-  AnswerWaiting();
+  const float* values = static_cast<const float*>(data->data());
+  if (opt_.mode != UpdateMode::kRelay) {
+    current_.assign(values, values + count_);
+    ms_.assign(size_t(count_), 0.f);
+    mom_.assign(size_t(count_), 0.f);
+    Publish(std::max(put.version(), version_mark_), values);
+    return;
+  }
+  Publish(put.version(), values);
+}
+
+void Shard::HandlePush(const wire::PushGradient& push, const zmq::message_t* data, const std::string& peer) {
+  wire::TraceSpan span("apply", "ps");
+  if (opt_.curve != nullptr && wire::IdentityRole(peer) != "learner") {
+    Refuse(Refusal::kUnauthorisedPut, "a gradient from " + (peer.empty() ? std::string("an unidentified peer") : peer) +
+                                          "; only learners may push");
+    return;
+  }
+  if (opt_.mode == UpdateMode::kRelay) {
+    Refuse(Refusal::kWrongMode, "a gradient push, but learner.update_mode is \"relay\" (the learner applies the optimizer)");
+    return;
+  }
+  const wire::ParamsSlice& slice = push.slice();
+  const char* problem = CheckSlice(slice, data);
+  if (problem == nullptr && total_size_ < 0) problem = "a gradient before the chief's first parameters";
+  if (problem == nullptr && !(std::isfinite(push.learning_rate()) && push.learning_rate() >= 0 && push.learning_rate() <= 10)) {
+    problem = "learning rate out of range [0, 10]";
+  }
+  Refusal why = Refusal::kWrongLayout;
+  const float* g = problem == nullptr ? static_cast<const float*>(data->data()) : nullptr;
+  for (int64_t i = 0; g != nullptr && i < count_ && problem == nullptr; ++i) {
+    if (!std::isfinite(g[i])) {
+      problem = "gradient holds a non-finite value (NaN or infinity)";
+      why = Refusal::kNonFinite;
+    }
+  }
+  if (problem != nullptr) {
+    Refuse(why, problem);
+    return;
+  }
+  CountFrames(slice);
+  const int64_t current = versions_.back()->version;
+  const int64_t staleness = current - slice.version();
+  if (staleness < 0) {
+    Refuse(Refusal::kWrongLayout, "gradient for version " + std::to_string(slice.version()) +
+                                      ", newer than this shard's " + std::to_string(current));
+    return;
+  }
+  if (opt_.mode == UpdateMode::kAsync) {
+    if (staleness > opt_.max_staleness) {
+      ++stats_.gradients_dropped;
+      return;
+    }
+    Apply(g, push.learning_rate(), staleness);
+    return;
+  }
+  // Sync: only gradients of the current version count, one per learner.
+  const int learner = slice.learner_index();
+  if (staleness > 0 || std::find(contributed_.begin(), contributed_.end(), learner) != contributed_.end()) {
+    ++stats_.gradients_dropped;
+    return;
+  }
+  if (contributed_.empty()) sum_.assign(size_t(count_), 0.f);
+  for (int64_t i = 0; i < count_; ++i) sum_[size_t(i)] += g[i];
+  lr_sum_ += push.learning_rate();
+  contributed_.push_back(learner);
+  if (int(contributed_.size()) < opt_.replicas_to_aggregate) return;
+  const float n = float(contributed_.size());
+  for (float& v : sum_) v /= n;
+  const double lr = lr_sum_ / n;
+  contributed_.clear();
+  lr_sum_ = 0;
+  Apply(sum_.data(), lr, 0);
+}
+
+void Shard::Apply(const float* grad, double lr, int64_t staleness) {
+  const float decay = opt_.rms_decay, momentum = opt_.rms_momentum, eps = opt_.rms_epsilon, rate = float(lr);
+  for (int64_t i = 0; i < count_; ++i) {
+    net::RmsPropElement(current_[size_t(i)], ms_[size_t(i)], mom_[size_t(i)], grad[i], rate, decay, momentum, eps);
+  }
+  ++stats_.gradients_applied;
+  ++stats_.staleness[size_t(std::min<int64_t>(staleness, kStalenessBuckets - 1))];
+  Publish(versions_.back()->version + 1, current_.data());
+}
+
+void Shard::HandleCheckpoint(const zmq::message_t& identity, const wire::CheckpointRequest& req) {
+  wire::TraceSpan span("checkpoint", "ps");
+  wire::CheckpointDone done;
+  *done.mutable_sender() = wire::MakeSender(wire::ROLE_PS, opt_.shard, opt_.incarnation);
+  done.set_sequence(req.sequence());
+  done.set_shard(opt_.shard);
+  done.set_file(ShardPartName(opt_.shard));
+  if (opt_.mode == UpdateMode::kRelay || versions_.empty() || req.directory().empty()) {
+    done.set_error(opt_.mode == UpdateMode::kRelay ? "relay mode: the learner checkpoints" : "no parameters yet");
+  } else {
+    ShardPart part;
+    part.shard = opt_.shard;
+    part.num_shards = opt_.num_shards;
+    part.version = versions_.back()->version;
+    part.offset = offset_;
+    part.count = count_;
+    part.total_size = total_size_;
+    part.layout_fingerprint = layout_fingerprint_;
+    part.learner_frames = learner_frames_;
+    part.params = current_;
+    part.mean_square = ms_;
+    part.momentum = mom_;
+    const std::string bytes = SerializeShardPart(part);
+    std::error_code ec;
+    std::filesystem::create_directories(req.directory(), ec);
+    std::string error;
+    if (wire::WriteFileAtomically(req.directory() + "/" + done.file(), bytes, &error)) {
+      done.set_version(part.version);
+      done.set_bytes(int64_t(bytes.size()));
+      done.set_checksum(Fnv1a64(bytes.data(), bytes.size()));
+      ++stats_.checkpoint_parts;
+    } else {
+      done.set_error(error);
+      ++stats_.checkpoint_failures;
+    }
+  }
+  (void)wire::SendRouted(socket_, identity, done, {});
 }
 
 std::shared_ptr<const Shard::Snapshot> Shard::Pick(const wire::GetParams& get) const {
@@ -201,6 +385,12 @@ void Shard::Reply(const std::string& identity, const std::shared_ptr<const Snaps
   reply.set_shard(opt_.shard);
   reply.set_num_shards(opt_.num_shards);
   reply.set_has_params(pick != nullptr);
+  int64_t global = 0;
+  for (int64_t f : learner_frames_) {
+    reply.add_env_frames_by_learner(f);
+    global += f;
+  }
+  reply.set_global_env_frames(global);
   if (pick) {
     reply.set_version(pick->version);
     reply.set_offset(offset_);

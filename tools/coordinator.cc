@@ -42,6 +42,7 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 using exited_atom = caf::atom_constant<caf::atom("exited")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using respawn_atom = caf::atom_constant<caf::atom("respawn")>;
 
 namespace {
 
@@ -113,8 +114,13 @@ struct SupervisorState {
   std::map<pid_t, Child> children;
   std::ofstream metrics;
   Clock::time_point start;
-  wire::Status learner;  // newest learner status
+  wire::Status learner;  // the learners' newest statuses merged (MergeLearners)
   bool have_learner_status = false;
+  std::map<int, wire::Status> learners;  // newest status per learner index
+  std::map<int, wire::Status> ps_status;  // newest status per PS shard
+  // Learners and PS shards restarted after dying, per (role, index); and how many in all.
+  std::map<std::pair<int, int>, int> restarts;
+  int role_restarts = 0;
   int64_t start_frames = 0;  // the learner's count at its first status (non-zero on a restore)
   double lag_mean_acc = 0;
   int lag_mean_n = 0;
@@ -189,10 +195,11 @@ nlohmann::json RefusedJson(const SupervisorState& st) {
   return j;
 }
 
-pid_t Spawn(SupervisorState& st, wire::Role role, int index) {
+pid_t Spawn(SupervisorState& st, wire::Role role, int index, int restarts = 0) {
   const std::string role_name = wire::RoleName(role);
   const std::string log = st.cfg.run_dir() + "/logs/" + role_name + "-" + std::to_string(index) + ".log";
   const std::string index_str = std::to_string(index);
+  const std::string restarts_str = std::to_string(restarts);
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -206,7 +213,8 @@ pid_t Spawn(SupervisorState& st, wire::Role role, int index) {
       ::close(fd);
     }
     ::execl(st.self_exe.c_str(), st.self_exe.c_str(), role_name.c_str(), "--config",
-            st.config_path.c_str(), "--task-index", index_str.c_str(), (char*)nullptr);
+            st.config_path.c_str(), "--task-index", index_str.c_str(), "--restarts", restarts_str.c_str(),
+            (char*)nullptr);
     ::_exit(127);
   }
   Child c;
@@ -265,6 +273,34 @@ nlohmann::json TasksJson(const SupervisorState& st) {
   return j;
 }
 
+// Per learner: frames it trained on, gradients or steps, its window's mean return.
+nlohmann::json LearnersJson(const SupervisorState& st) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [index, s] : st.learners) {
+    j[std::to_string(index)] = {{"env_frames", s.env_frames()},
+                                {"steps", s.learner_steps()},
+                                {"mean_return_100", s.mean_return_100()},
+                                {"returns_counted", s.returns_counted()},
+                                {"policy_version", s.policy_version()}};
+  }
+  return j;
+}
+
+// Per PS shard (sync/async): version, gradients applied and dropped, staleness histogram.
+nlohmann::json PsJson(const SupervisorState& st) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [shard, s] : st.ps_status) {
+    nlohmann::json one = {{"version", s.policy_version()},
+                          {"gradients_applied", s.gradients_applied()},
+                          {"gradients_dropped", s.gradients_dropped()}};
+    if (s.staleness_histogram_size() > 0) {
+      one["staleness_histogram"] = std::vector<int64_t>(s.staleness_histogram().begin(), s.staleness_histogram().end());
+    }
+    j[std::to_string(shard)] = one;
+  }
+  return j;
+}
+
 // Mean and median normalised score over the tasks that have one (NaN if none does).
 std::pair<double, double> NormalisedAggregate(const SupervisorState& st) {
   std::vector<double> v;
@@ -301,8 +337,21 @@ void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
   Event(st, "stop", {{"reason", reason}, {"exit_code", exit_code}});
   st.stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(st.cfg.coordinator().shutdown_grace_s()));
+  // PS shards stop after the learners: the chief's final checkpoint needs them.
+  bool learners = false;
+  for (const auto& [pid, c] : st.children) learners = learners || c.role == wire::ROLE_LEARNER;
   for (const auto& [pid, c] : st.children) {
-    ::kill(pid, SIGTERM);
+    if (c.role != wire::ROLE_PS || !learners) ::kill(pid, SIGTERM);
+  }
+}
+
+// While stopping: once no learner is left, the PS shards go.
+void StopShardsIfLearnersGone(SupervisorState& st) {
+  for (const auto& [pid, c] : st.children) {
+    if (c.role == wire::ROLE_LEARNER) return;
+  }
+  for (const auto& [pid, c] : st.children) {
+    if (c.role == wire::ROLE_PS) ::kill(pid, SIGTERM);
   }
 }
 
@@ -343,6 +392,11 @@ void Finish(Supervisor* self) {
   if (st.implausible_statuses > 0) summary["implausible_statuses"] = st.implausible_statuses;
   if (!st.refused.empty() || (st.zap && st.zap->rejected() > 0)) summary["refused"] = RefusedJson(st);
   summary["tasks"] = TasksJson(st);
+  if (st.cfg.learner().num_learners() > 1 || ShardsOwnOptimizer(st.cfg)) {
+    summary["learners"] = LearnersJson(st);
+    summary["ps"] = PsJson(st);
+  }
+  summary["restarts"] = st.role_restarts;
   if (st.cfg.tasks_size() > 0) {
     summary.erase("mean_return_100");  // over a mix of scales: meaningless in a suite
     const auto [mean, median] = NormalisedAggregate(st);
@@ -387,10 +441,14 @@ int64_t ActorFrames(const SupervisorState& st) { return ActorTotals(st).first; }
 // within one learner process, and never run ahead of what the actors say they made
 // (with room for what they have not reported yet and for messages in flight).
 std::string Implausible(const SupervisorState& st, const wire::Status& s) {
-  if (st.have_learner_status && s.sender().incarnation() == st.learner.sender().incarnation() &&
-      (s.env_frames() < st.learner.env_frames() || s.learner_steps() < st.learner.learner_steps())) {
-    return "frames or steps went backwards (" + std::to_string(st.learner.env_frames()) + " -> " +
+  const auto prev = st.learners.find(s.sender().task_index());
+  if (prev != st.learners.end() && s.sender().incarnation() == prev->second.sender().incarnation() &&
+      (s.env_frames() < prev->second.env_frames() || s.learner_steps() < prev->second.learner_steps())) {
+    return "frames or steps went backwards (" + std::to_string(prev->second.env_frames()) + " -> " +
            std::to_string(s.env_frames()) + " frames)";
+  }
+  if (s.sender().task_index() < 0 || s.sender().task_index() >= st.cfg.learner().num_learners()) {
+    return "learner index " + std::to_string(s.sender().task_index()) + " is not one of the run's";
   }
   if (s.env_frames() < 0 || s.learner_steps() < 0 || s.start_env_frames() < 0 ||
       s.start_env_frames() > s.env_frames()) {
@@ -438,7 +496,10 @@ void OnStatus(Supervisor* self, const std::string& bytes, const std::string& pee
     auto& r = st.refused[who];
     for (const auto& [reason, n] : s.refused_by_reason()) r[reason] = n;
   }
-  if (s.sender().role() == wire::ROLE_PS) st.ps_versions[s.sender().task_index()] = s.policy_version();
+  if (s.sender().role() == wire::ROLE_PS) {
+    st.ps_versions[s.sender().task_index()] = s.policy_version();
+    st.ps_status[s.sender().task_index()] = s;
+  }
   if (s.sender().role() == wire::ROLE_LEARNER && !s.checkpoint_error().empty() &&
       s.checkpoint_error() != st.checkpoint_error) {
     st.checkpoint_error = s.checkpoint_error();
@@ -500,8 +561,128 @@ void CheckPendingLearnerStatus(Supervisor* self) {
   }
 }
 
-void ApplyLearnerStatus(Supervisor* self, const wire::Status& s) {
+// Window means of several learners: each learner's 100-episode mean weighted by how
+// many returns it holds.
+struct WeightedMean {
+  double sum = 0, length_sum = 0;
+  int64_t counted = 0;
+  void Add(double mean, double length, int n) {
+    sum += mean * n;
+    length_sum += length * n;
+    counted += n;
+  }
+  double mean() const { return counted ? sum / double(counted) : 0; }
+  double length() const { return counted ? length_sum / double(counted) : 0; }
+};
+
+// The run's learner figures from every learner's newest status: counts add up, window
+// means are weighted by returns counted, the step is the PS's global version (sync and
+// async) or the learner's steps (relay). One learner: its status as it is.
+wire::Status MergeLearners(const SupervisorState& st) {
+  if (st.cfg.learner().num_learners() == 1 && !st.learners.empty()) return st.learners.begin()->second;
+  const bool sharded = ShardsOwnOptimizer(st.cfg);
+  wire::Status m = st.learners.begin()->second;  // the chief's (lowest index) identity
+  int64_t frames = 0, start = 0, episodes = 0, steps = 0, depth = 0, dropped = 0, skipped = 0, version = 0, lag_max = 0;
+  double wait = 0, pg = 0, baseline = 0, entropy = 0, norm = 0, lag = 0, train = 0;
+  WeightedMean all;
+  std::map<std::string, int64_t> by_reason;
+  const int T = wire::NumTasks(st.cfg);
+  std::vector<WeightedMean> task_means(static_cast<size_t>(T));
+  std::vector<wire::TaskStatus> tasks(static_cast<size_t>(T));
+  std::vector<double> task_lag(static_cast<size_t>(T), 0.0);
+  for (const auto& [index, s] : st.learners) {
+    frames += s.env_frames();
+    start += s.start_env_frames();
+    episodes += s.episodes();
+    steps += s.learner_steps();
+    depth += s.queue_depth();
+    dropped += s.dropped_trajectories();
+    skipped += s.skipped_steps();
+    version = std::max(version, s.policy_version());
+    lag_max = std::max(lag_max, s.policy_lag_max());
+    wait += s.receive_wait_s();
+    pg += s.pg_loss();
+    baseline += s.baseline_loss();
+    entropy += s.entropy();
+    norm += s.grad_norm();
+    lag += s.policy_lag_mean();
+    train = std::max(train, s.train_seconds());
+    all.Add(s.mean_return_100(), s.mean_episode_length_100(), s.returns_counted());
+    for (const auto& [reason, n] : s.dropped_by_reason()) by_reason[reason] += n;
+    for (const auto& ts : s.tasks()) {
+      if (ts.task() < 0 || ts.task() >= T) continue;
+      auto& t = tasks[size_t(ts.task())];
+      t.set_task(ts.task());
+      t.set_episodes(t.episodes() + ts.episodes());
+      t.set_env_frames(t.env_frames() + ts.env_frames());
+      task_means[size_t(ts.task())].Add(ts.mean_return_100(), ts.mean_episode_length_100(), ts.returns_counted());
+      task_lag[size_t(ts.task())] += ts.policy_lag_mean();
+      t.set_popart_mean(ts.popart_mean());
+      t.set_popart_scale(ts.popart_scale());
+    }
+  }
+  const double n = double(st.learners.size());
+  m.set_env_frames(frames);
+  m.set_start_env_frames(start);
+  m.set_episodes(episodes);
+  m.set_learner_steps(sharded ? version : steps);
+  m.set_policy_version(version);
+  m.set_queue_depth(int(depth));
+  m.set_dropped_trajectories(dropped);
+  m.set_skipped_steps(skipped);
+  m.set_policy_lag_max(lag_max);
+  m.set_receive_wait_s(wait);
+  m.set_pg_loss(pg / n);
+  m.set_baseline_loss(baseline / n);
+  m.set_entropy(entropy / n);
+  m.set_grad_norm(norm / n);
+  m.set_policy_lag_mean(lag / n);
+  m.set_train_seconds(train);
+  m.set_mean_return_100(all.mean());
+  m.set_mean_episode_length_100(all.length());
+  m.set_returns_counted(int(all.counted));
+  m.clear_dropped_by_reason();
+  for (const auto& [reason, c] : by_reason) (*m.mutable_dropped_by_reason())[reason] = c;
+  m.clear_tasks();
+  for (int t = 0; t < T; ++t) {
+    auto* out = m.add_tasks();
+    *out = tasks[size_t(t)];
+    out->set_task(t);
+    out->set_mean_return_100(task_means[size_t(t)].mean());
+    out->set_mean_episode_length_100(task_means[size_t(t)].length());
+    out->set_returns_counted(int(task_means[size_t(t)].counted));
+    out->set_policy_lag_mean(task_lag[size_t(t)] / n);
+    out->set_frames_to_target(-1);
+  }
+  // Targets: over the learners' windows together (each up to 100 episodes), once they
+  // hold at least 100 returns.
+  m.set_frames_to_target(-1);
+  const auto& stop = st.cfg.stop();
+  if (st.cfg.tasks_size() == 0 && (stop.target_return() != 0 || stop.stop_at_target()) && all.counted >= 100 &&
+      all.mean() >= stop.target_return()) {
+    m.set_frames_to_target(frames);
+  }
+  if (st.cfg.tasks_size() > 0) {
+    bool every = true, any = false;
+    for (int t = 0; t < T; ++t) {
+      const double target = st.cfg.tasks(t).target_return();
+      auto* out = m.mutable_tasks(t);
+      if (target != 0 && task_means[size_t(t)].counted >= 100 && task_means[size_t(t)].mean() >= target) {
+        out->set_frames_to_target(frames);
+      }
+      if (target == 0) continue;
+      any = true;
+      every = every && out->frames_to_target() >= 0;
+    }
+    if (any && every) m.set_frames_to_target(frames);
+  }
+  return m;
+}
+
+void ApplyLearnerStatus(Supervisor* self, const wire::Status& one) {
   auto& st = self->state;
+  st.learners[one.sender().task_index()] = one;
+  const wire::Status s = MergeLearners(st);
   if (!st.have_learner_status) {
     st.start_frames = s.start_env_frames();
     st.last_frames = s.start_env_frames();
@@ -581,6 +762,7 @@ void OnExit(Supervisor* self, int pid, int wstatus) {
         st.stop_reason += "; then " + who + " " + how + " while stopping";
       }
     }
+    StopShardsIfLearnersGone(st);
     if (st.children.empty()) Finish(self);
     return;
   }
@@ -610,7 +792,37 @@ void OnExit(Supervisor* self, int pid, int wstatus) {
   const std::string tail = TailOfFile(c.log_path, 2000);
   std::fprintf(stderr, "stampede: %s (pid %d) %s; its log (%s) %s\n%s", who.c_str(), pid,
                how.c_str(), c.log_path.c_str(), tail.empty() ? "is empty" : "ends:", tail.c_str());
-  BeginStop(self, who + " " + how, 1);
+  // A learner or shard that exits with status 2 refused its config or input: starting
+  // it again cannot help. Anything else (a crash, a kill) is restarted within the budget.
+  const bool refused = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 2;
+  int& n = st.restarts[{int(c.role), c.index}];
+  if (refused || n >= st.cfg.coordinator().max_restarts()) {
+    BeginStop(self, who + " " + how + (refused ? "" : " and its restart budget (coordinator.max_restarts = " +
+                                                          std::to_string(st.cfg.coordinator().max_restarts()) +
+                                                          ") is spent"), 1);
+    return;
+  }
+  ++n;
+  ++st.role_restarts;
+  const double backoff = st.cfg.coordinator().restart_backoff_s() * std::pow(2.0, n - 1);
+  std::fprintf(stderr, "stampede: restarting %s in %.1f s (restart %d of %d)\n", who.c_str(), backoff, n,
+               st.cfg.coordinator().max_restarts());
+  Event(st, "restart_scheduled", {{"process", who}, {"old_pid", pid}, {"how", how}, {"restart", n}, {"backoff_s", backoff}});
+  self->delayed_send(self, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(backoff)),
+                     respawn_atom::value, int(c.role), c.index);
+}
+
+void OnRespawn(Supervisor* self, int role, int index) {
+  auto& st = self->state;
+  if (st.stopping) return;
+  const int n = st.restarts[{role, index}];
+  const pid_t fresh = Spawn(st, wire::Role(role), index, n);
+  if (!st.opt.quiet) {
+    std::printf("stampede: restarted %s %d as pid %d\n", wire::RoleName(wire::Role(role)), index, int(fresh));
+    std::fflush(stdout);
+  }
+  Event(st, "restart", {{"process", std::string(wire::RoleName(wire::Role(role))) + " " + std::to_string(index)},
+                        {"pid", fresh}, {"restart", n}});
 }
 
 // One progress line and one metrics.jsonl row, from the newest learner status.
@@ -684,6 +896,9 @@ void Progress(SupervisorState& st, Clock::time_point now) {
     row["dropped_by_reason"] = by_reason;
   }
   row["tasks"] = TasksJson(st);
+  if (st.cfg.learner().num_learners() > 1 || ShardsOwnOptimizer(st.cfg)) row["learners"] = LearnersJson(st);
+  if (ShardsOwnOptimizer(st.cfg)) row["ps"] = PsJson(st);
+  if (st.role_restarts > 0) row["restarts"] = st.role_restarts;
   if (suite && !std::isnan(norm_mean)) {
     row["mean_normalised_score"] = norm_mean;
     row["median_normalised_score"] = norm_median;
@@ -811,14 +1026,8 @@ void OnTick(Supervisor* self) {
                  wire::RoleName(c.role), c.index, int(pid), timeout.count(), c.activity.c_str());
     Event(st, "silent", {{"process", std::string(wire::RoleName(c.role)) + " " + std::to_string(c.index)},
                          {"last_activity", c.activity}});
-    if (c.role == wire::ROLE_ACTOR) {
-      ::kill(pid, SIGKILL);  // restarted when its exit is seen
-      c.last_heard = now;
-    } else {
-      BeginStop(self, std::string(wire::RoleName(c.role)) + " silent", 1);
-      self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
-      return;
-    }
+    ::kill(pid, SIGKILL);  // restarted (within its budget) when its exit is seen
+    c.last_heard = now;
   }
   if (now - st.last_tick >= std::chrono::duration<double>(st.cfg.coordinator().progress_interval_s())) {
     Progress(st, now);
@@ -842,7 +1051,7 @@ caf::behavior SupervisorBehavior(Supervisor* self) {
   st.steps_moved = st.start;
   st.prev_actor_time = st.start;
   for (int s = 0; s < st.cfg.ps().num_shards(); ++s) Spawn(st, wire::ROLE_PS, s);
-  Spawn(st, wire::ROLE_LEARNER, 0);
+  for (int l = 0; l < st.cfg.learner().num_learners(); ++l) Spawn(st, wire::ROLE_LEARNER, l);
   for (int a = 0; a < st.cfg.actors().num_actors(); ++a) Spawn(st, wire::ROLE_ACTOR, a);
   Event(st, "start", {{"config", st.config_path}});
   self->send(self, tick_atom::value);
@@ -851,6 +1060,7 @@ caf::behavior SupervisorBehavior(Supervisor* self) {
       [=](exited_atom, int pid, int wstatus) { OnExit(self, pid, wstatus); },
       [=](tick_atom) { OnTick(self); },
       [=](stop_atom, const std::string& reason, int code) { BeginStop(self, reason, code); },
+      [=](respawn_atom, int role, int index) { OnRespawn(self, role, index); },
   };
 }
 
@@ -918,7 +1128,11 @@ std::string SelfExePath() {
 void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
   auto* cl = cfg->mutable_cluster();
   if (cl->coordinator().empty()) cl->set_coordinator(Loopback());
-  if (cl->learner().empty()) cl->set_learner(Loopback());
+  if (cl->learner().empty()) cl->set_learner(cl->learners_size() > 0 ? cl->learners(0) : Loopback());
+  if (cfg->learner().num_learners() > 1 && cl->learners_size() == 0) {
+    cl->add_learners(cl->learner());
+    for (int l = 1; l < cfg->learner().num_learners(); ++l) cl->add_learners(Loopback());
+  }
   if (cl->ps_size() == 0) {
     for (int s = 0; s < cfg->ps().num_shards(); ++s) cl->add_ps(Loopback());
   }

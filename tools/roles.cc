@@ -7,7 +7,9 @@
 
 #include "actors/actor.h"
 #include "learner/learner.h"
+#include "ps/checkpoints.h"
 #include "ps/shard.h"
+#include "wire/config.h"
 #include "tools/signals.h"
 #include "wire/auth.h"
 #include "wire/status_channel.h"
@@ -24,9 +26,14 @@ void SleepUnlessStopped(double seconds) {
 }
 }  // namespace
 
-int RunLearnerRole(const config::Config& cfg, int task_index) {
-  if (task_index != 0) {
-    std::fprintf(stderr, "learner: only one learner (task index 0) is supported, got %d\n", task_index);
+int RunLearnerRole(const config::Config& cfg, int task_index, int restarts) {
+  if (task_index < 0 || task_index >= cfg.learner().num_learners()) {
+    std::fprintf(stderr, "learner: task index %d, but learner.num_learners is %d\n", task_index,
+                 cfg.learner().num_learners());
+    return 2;
+  }
+  if (LearnerEndpoint(cfg, task_index).empty()) {
+    std::fprintf(stderr, "learner %d: cluster.learners has no endpoint for it\n", task_index);
     return 2;
   }
   std::string error;
@@ -41,7 +48,7 @@ int RunLearnerRole(const config::Config& cfg, int task_index) {
   // carries real counts (a restored learner starts from its checkpoint's).
   wire::StatusChannel channel(ctx, cfg.cluster().coordinator(),
                               wire::MakeSender(wire::ROLE_LEARNER, task_index, incarnation), curve.get());
-  learner::Learner learner(cfg, ctx, cfg.cluster().learner(), incarnation, curve);
+  learner::Learner learner(cfg, ctx, LearnerEndpoint(cfg, task_index), incarnation, curve, task_index, restarts > 0);
   if (!learner.Start(&error)) {
     std::fprintf(stderr, "learner: %s\n", error.c_str());
     return 2;
@@ -60,14 +67,16 @@ int RunLearnerRole(const config::Config& cfg, int task_index) {
       channel.Send("stopped; final checkpoint FAILED");
       return 1;
     }
-    std::fprintf(stderr, "learner: final checkpoint at version %lld written to %s/checkpoint.bin\n",
-                 (long long)learner.policy_version(), cfg.run_dir().c_str());
+    if (task_index == 0) {
+      std::fprintf(stderr, "learner: final checkpoint at version %lld written to %s/checkpoint.bin\n",
+                   (long long)learner.policy_version(), cfg.run_dir().c_str());
+    }
   }
   channel.Send("stopped");
   return 0;
 }
 
-int RunPsRole(const config::Config& cfg, int task_index) {
+int RunPsRole(const config::Config& cfg, int task_index, int restarts) {
   if (task_index < 0 || task_index >= cfg.cluster().ps_size()) {
     std::fprintf(stderr, "ps: task index %d, but cluster.ps lists %d endpoints\n", task_index,
                  cfg.cluster().ps_size());
@@ -90,6 +99,41 @@ int RunPsRole(const config::Config& cfg, int task_index) {
   opt.max_message_bytes = cfg.cluster().max_message_bytes();
   opt.incarnation = wire::NewIncarnation();
   opt.curve = curve.get();
+  opt.mode = ps::UpdateModeOf(cfg.learner().update_mode());
+  opt.num_learners = cfg.learner().num_learners();
+  opt.replicas_to_aggregate =
+      cfg.learner().replicas_to_aggregate() > 0 ? cfg.learner().replicas_to_aggregate() : cfg.learner().num_learners();
+  opt.max_staleness = cfg.learner().max_gradient_staleness();
+  opt.rms_decay = float(cfg.learner().optimizer().decay());
+  opt.rms_momentum = float(cfg.learner().optimizer().momentum());
+  opt.rms_epsilon = float(cfg.learner().optimizer().epsilon());
+  if (opt.mode != ps::UpdateMode::kRelay && !cfg.run_dir().empty()) {
+    // The shard owns its slice's optimizer: it numbers versions above anything it served
+    // before (the mark), and starts from the newest complete checkpoint if there is one.
+    opt.version_mark_path = cfg.run_dir() + "/ps-" + std::to_string(task_index) + ".version";
+    ps::FoundCheckpoint found;
+    std::vector<std::string> warnings;
+    const bool have = ps::FindNewestCheckpoint(cfg.run_dir() + "/checkpoints", &found, &warnings);
+    for (const auto& w : warnings) std::fprintf(stderr, "ps %d: WARNING: %s\n", task_index, w.c_str());
+    if (have) {
+      auto part = std::make_shared<ps::ShardPart>();
+      std::string bytes;
+      const ps::ManifestPart* listed = nullptr;
+      for (const auto& p : found.manifest.parts) {
+        if (p.file == ps::ShardPartName(task_index)) listed = &p;
+      }
+      if (listed == nullptr || !ps::ReadPart(found.dir, *listed, &bytes, &error) ||
+          !ps::ParseShardPart(bytes, found.dir + "/" + ps::ShardPartName(task_index), part.get(), &error) ||
+          part->shard != task_index || part->num_shards != opt.num_shards) {
+        std::fprintf(stderr, "ps %d: checkpoint %s has no usable part for this shard%s%s\n", task_index,
+                     found.dir.c_str(), error.empty() ? "" : ": ", error.c_str());
+        return 2;
+      }
+      std::fprintf(stderr, "ps %d: restored version %lld from %s%s\n", task_index, (long long)part->version,
+                   found.dir.c_str(), restarts > 0 ? " after a restart" : "");
+      opt.restore = part;
+    }
+  }
   wire::StatusChannel channel(ctx, cfg.cluster().coordinator(),
                               wire::MakeSender(wire::ROLE_PS, task_index, opt.incarnation), curve.get());
   ps::Shard shard(ctx, opt);
@@ -106,6 +150,12 @@ int RunPsRole(const config::Config& cfg, int task_index) {
       if (const int64_t n = shard.stats().refused[r].load()) refused[ps::RefusalName(ps::Refusal(r))] = n;
     }
     if (zap && zap->rejected() > 0) refused["unauthorised_connection"] = zap->rejected();
+    s.set_gradients_applied(shard.stats().gradients_applied.load());
+    s.set_gradients_dropped(shard.stats().gradients_dropped.load());
+    s.clear_staleness_histogram();
+    if (opt.mode == ps::UpdateMode::kAsync) {
+      for (const auto& n : shard.stats().staleness) s.add_staleness_histogram(n.load());
+    }
     channel.Send(activity);
   };
   while (!StopFlag().load()) {

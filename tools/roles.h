@@ -5,8 +5,9 @@
 
 namespace stampede::tools {
 
-int RunLearnerRole(const config::Config& cfg, int task_index);
-int RunPsRole(const config::Config& cfg, int task_index);
+// `restarts`: how many times the coordinator restarted this process after it died.
+int RunLearnerRole(const config::Config& cfg, int task_index, int restarts = 0);
+int RunPsRole(const config::Config& cfg, int task_index, int restarts = 0);
 int RunActorRole(const config::Config& cfg, int task_index);
 
 }  // namespace stampede::tools

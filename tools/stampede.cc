@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> sets;
   int task_index = 0;
+  int restarts = 0;
 
   auto* run = app.add_subcommand("run", "Start and supervise a whole fleet from one config");
   run->add_option("config", config_path, "Config file (protobuf text format)")->required();
@@ -129,6 +130,8 @@ int main(int argc, char** argv) {
     sub->add_option("--config", config_path, "Config file")->required();
     sub->add_option("--task-index", task_index, "Index of this process within its role")
         ->default_val(0);
+    sub->add_option("--restarts", restarts, "Times this process was restarted after dying (the coordinator sets it)")
+        ->default_val(0)->check(CLI::Range(0, 1000000));
     roles.push_back(sub);
   }
   auto* bench = app.add_subcommand("bench", "Measure env, actor and fleet throughput");
@@ -235,14 +238,15 @@ int main(int argc, char** argv) {
     if (!NeedsEndpoints(loaded.config, role.c_str())) return 2;
     if (loaded.config.trace() && !loaded.config.run_dir().empty()) {
       std::string error;
-      if (!stampede::wire::Trace::Open(loaded.config.run_dir() + "/trace/" + role + "-" + std::to_string(task_index) + ".json",
+      const std::string again = restarts > 0 ? "-r" + std::to_string(restarts) : "";
+      if (!stampede::wire::Trace::Open(loaded.config.run_dir() + "/trace/" + role + "-" + std::to_string(task_index) + again + ".json",
                                        role + " " + std::to_string(task_index), &error)) {
         std::fprintf(stderr, "stampede %s: %s\n", role.c_str(), error.c_str());
       }
     }
     if (role == "actor") return stampede::tools::RunActorRole(loaded.config, task_index);
-    if (role == "learner") return stampede::tools::RunLearnerRole(loaded.config, task_index);
-    return stampede::tools::RunPsRole(loaded.config, task_index);
+    if (role == "learner") return stampede::tools::RunLearnerRole(loaded.config, task_index, restarts);
+    return stampede::tools::RunPsRole(loaded.config, task_index, restarts);
   }
   return 2;
 }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "wire/auth.h"
 
 #include <fcntl.h>
@@ -169,7 +170,8 @@ std::string KeysDir(const config::Config& cfg) {
 }
 
 std::vector<std::string> RunIdentities(const config::Config& cfg) {
-  std::vector<std::string> ids = {"coordinator", Identity("learner", 0)};
+  std::vector<std::string> ids = {"coordinator"};
+  for (int l = 0; l < std::max(1, cfg.learner().num_learners()); ++l) ids.push_back(Identity("learner", l));
   for (int s = 0; s < cfg.ps().num_shards(); ++s) ids.push_back(Identity("ps", s));
   for (int a = 0; a < cfg.actors().num_actors(); ++a) ids.push_back(Identity("actor", a));
   return ids;

@@ -348,6 +348,12 @@ constexpr Range kRanges[] = {
     {"ps.partition_bytes", 0, 1e15, false, true},
     {"suite.obs_shape", 1, 65536, false, true},
     {"suite.task_lines_every", 0, 1e6, false, true},
+    {"learner.num_learners", 1, 64, false, true},
+    {"learner.checkpoints_kept", 1, 1000, false, true},
+    {"learner.replicas_to_aggregate", 0, 64, false, true},
+    {"learner.max_gradient_staleness", 0, 1e6, false, true},
+    {"coordinator.max_restarts", 0, 1e6, false, true},
+    {"coordinator.restart_backoff_s", 0, 3600, false, false},
 };
 }  // namespace
 
@@ -480,6 +486,43 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              "\" is not known, expected \"greedy\", \"round_robin\" or \"contiguous\"";
     return false;
   }
+  {
+    const auto& lc = c.learner();
+    const std::string mode = lc.update_mode();
+    if (mode != "relay" && mode != "sync" && mode != "async") {
+      *error = loaded.Where("learner.update_mode") + ": learner.update_mode: \"" + mode +
+               "\" is not known, expected \"relay\", \"sync\" or \"async\"";
+      return false;
+    }
+    if (mode == "relay" && lc.num_learners() > 1) {
+      *error = loaded.Where("learner.num_learners") + ": learner.num_learners: " + std::to_string(lc.num_learners()) +
+               " learners need learner.update_mode \"sync\" or \"async\" (in \"relay\" one learner owns the optimizer)";
+      return false;
+    }
+    if (lc.replicas_to_aggregate() > lc.num_learners()) {
+      *error = loaded.Where("learner.replicas_to_aggregate") + ": learner.replicas_to_aggregate: " +
+               std::to_string(lc.replicas_to_aggregate()) + " is more than learner.num_learners (" +
+               std::to_string(lc.num_learners()) + ")";
+      return false;
+    }
+    if (mode != "relay" && (lc.device() != "cpu" || lc.popart())) {
+      *error = loaded.Where("learner.update_mode") + ": learner.update_mode \"" + mode +
+               "\" runs on the CPU learner without PopArt (learner.device \"cpu\", learner.popart false)";
+      return false;
+    }
+    if (lc.num_learners() > c.actors().num_actors()) {
+      *error = loaded.Where("learner.num_learners") + ": learner.num_learners: " + std::to_string(lc.num_learners()) +
+               " learners, but only " + std::to_string(c.actors().num_actors()) +
+               " actors to feed them (actor a sends to learner a % num_learners)";
+      return false;
+    }
+    if (c.cluster().learners_size() != 0 && c.cluster().learners_size() != lc.num_learners()) {
+      *error = loaded.Where("cluster.learners") + ": cluster.learners: " + std::to_string(c.cluster().learners_size()) +
+               " endpoints given, expected one per learner (learner.num_learners = " +
+               std::to_string(lc.num_learners()) + ")";
+      return false;
+    }
+  }
   if (c.cluster().ps_size() != 0 && c.cluster().ps_size() != c.ps().num_shards()) {
     *error = loaded.Where("cluster.ps") + ": cluster.ps: " + std::to_string(c.cluster().ps_size()) +
              " endpoints given, expected one per shard (ps.num_shards = " +
@@ -488,6 +531,17 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
   }
   return true;
 }
+
+std::string LearnerEndpoint(const config::Config& cfg, int learner) {
+  if (learner >= 0 && learner < cfg.cluster().learners_size()) return cfg.cluster().learners(learner);
+  return learner == 0 ? cfg.cluster().learner() : std::string();
+}
+
+int LearnerOfActor(const config::Config& cfg, int actor) {
+  return actor % std::max(1, cfg.learner().num_learners());
+}
+
+bool ShardsOwnOptimizer(const config::Config& cfg) { return cfg.learner().update_mode() != "relay"; }
 
 std::string ConfigToText(const config::Config& cfg) {
   std::string out;

@@ -63,6 +63,13 @@ std::string ConfigToText(const config::Config& cfg);
 [[nodiscard]] bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out,
                                      std::string* error);
 
+// Learner i's trajectory endpoint (cluster.learners[i], or cluster.learner for learner 0).
+std::string LearnerEndpoint(const config::Config& cfg, int learner);
+// The learner actor `actor` sends to (actor % learner.num_learners).
+int LearnerOfActor(const config::Config& cfg, int actor);
+// True where PS shards own the optimizer (learner.update_mode "sync" or "async").
+bool ShardsOwnOptimizer(const config::Config& cfg);
+
 // Hidden sizes with the default ([64, 64]) applied.
 std::vector<int> HiddenSizes(const config::Config& cfg);
 
