@@ -303,10 +303,16 @@ bool Learner::Start(std::string* error) {
     // continue the frame count the PS kept for this learner.
     std::vector<float> served(m.params.size());
     int64_t ps_version = -1;
+    const int64_t restored = version_.load();
     if (m.fetcher->WaitFirst(served, &ps_version, std::chrono::seconds(3), &m.stop)) {
       version_ = std::max(version_.load(), ps_version + 1);
       steps_ = version_.load();
     }
+    std::fprintf(stderr, "learner: restarted: %s; the PS serves version %lld; continuing as version %lld\n",
+                 m.cfg.learner().restore_from().empty()
+                     ? "no checkpoint yet, fresh parameters"
+                     : ("restored version " + std::to_string(restored) + " from " + m.cfg.learner().restore_from()).c_str(),
+                 (long long)ps_version, (long long)version_.load());
     const auto& by_learner = m.fetcher->env_frames_by_learner();
     if (!by_learner.empty()) frames_ = std::max(frames_.load(), by_learner[0]);
     start_frames_ = frames_.load();

@@ -256,17 +256,18 @@ int64_t NextCheckpointSequence(const std::string& root) {
 }
 
 void PruneCheckpoints(const std::string& root, int keep) {
-  int complete = 0;
+  int intact = 0;
   for (const auto& [seq, dir] : Directories(root)) {
-    Manifest m;
-    std::string error;
-    const bool ok = ReadManifest(dir, &m, &error);
-    // Newer incomplete ones may be in progress; older ones never will be.
-    const bool remove = ok ? ++complete > keep : complete > 0;
-    if (remove) {
+    // Once `keep` intact ones are counted, everything older goes. Before that, a damaged
+    // or unfinished one newer than them stays (a write in progress, or one to look at).
+    if (intact >= keep) {
       std::error_code ec;
       fs::remove_all(dir, ec);
+      continue;
     }
+    Manifest m;
+    std::string error;
+    if (Verify(dir, &m, &error)) ++intact;
   }
 }
 

@@ -64,8 +64,8 @@ struct FoundCheckpoint {
 bool FindNewestCheckpoint(const std::string& root, FoundCheckpoint* found, std::vector<std::string>* warnings);
 // The sequence number a new checkpoint under `root` gets (one above every directory there).
 int64_t NextCheckpointSequence(const std::string& root);
-// Removes all but the newest `keep` complete checkpoints, and incomplete ones older
-// than the newest complete one.
+// Keeps the newest `keep` intact checkpoints and anything newer than them (a checkpoint
+// being written, or a damaged one to look at); removes everything older.
 void PruneCheckpoints(const std::string& root, int keep);
 
 // A version high-water mark per shard (RUN_DIR/ps-<i>.version): before it serves a

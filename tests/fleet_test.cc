@@ -426,12 +426,12 @@ TEST_CASE("fleet: preflight refuses a directory as config, an unwritable run dir
   }
 }
 
-TEST_CASE("fleet: a crashed learner or PS shard stops the run with a clear message", "[fleet]") {
+TEST_CASE("fleet: a learner or PS shard that keeps dying stops the run with a clear message", "[fleet]") {
   for (const std::string role : {"learner", "ps"}) {
     SECTION(role) {
       const std::string run_dir = FreshRunDir("crash_" + role);
       Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
-                      "stop.total_env_frames=1000000000"},
+                      "stop.total_env_frames=1000000000", "--set", "coordinator.max_restarts=0"},
                      run_dir + ".out");
       const int victim = PidOnceTraining(run_dir, role + " 0", 0);
       REQUIRE(victim > 0);
@@ -440,7 +440,136 @@ TEST_CASE("fleet: a crashed learner or PS shard stops the run with a clear messa
       const std::string out = Slurp(p.output_path);
       INFO(out);
       CHECK(code == 1);
-      CHECK_THAT(out, Catch::Contains("stopping: " + role + " 0 was killed by signal 9"));
+      CHECK_THAT(out, Catch::Contains("stopping: " + role + " 0 was killed by signal 9 and its restart budget "
+                                      "(coordinator.max_restarts = 0) is spent"));
+      CheckNoneLeft(Spawned(Metrics(run_dir)));
+    }
+  }
+}
+
+namespace {
+// Every progress row's learner step and policy version, and each PS shard's version,
+// never go down.
+void CheckNeverBackwards(const std::vector<json>& rows) {
+  int64_t step = -1, version = -1;
+  std::map<std::string, int64_t> shard_versions;
+  for (const auto& r : rows) {
+    if (r.contains("event")) continue;
+    CHECK(r["learner_step"].get<int64_t>() >= step);
+    CHECK(r["policy_version"].get<int64_t>() >= version);
+    step = r["learner_step"].get<int64_t>();
+    version = r["policy_version"].get<int64_t>();
+    if (!r.contains("ps")) continue;
+    for (const auto& [shard, s] : r["ps"].items()) {
+      INFO("ps " << shard);
+      const int64_t v = s["version"].get<int64_t>();
+      if (shard_versions.count(shard)) CHECK(v >= shard_versions[shard]);
+      shard_versions[shard] = v;
+    }
+  }
+}
+
+// Waits for `who`'s restart event; the pid it was restarted as (-1: none in time).
+int WaitRestart(const std::string& run_dir, const std::string& who) {
+  int pid = -1;
+  WaitFor([&] {
+    for (const auto& r : Metrics(run_dir)) {
+      if (r.value("event", "") == "restart" && r.value("process", "") == who) pid = r["pid"].get<int>();
+    }
+    return pid > 0;
+  }, std::chrono::seconds(30));
+  return pid;
+}
+}  // namespace
+
+TEST_CASE("fleet: 2 learners x 3 shards x 4 actors learn Catch in sync and in async mode", "[fleet][learners]") {
+  for (const std::string mode : {"sync", "async"}) {
+    SECTION(mode) {
+      const std::string run_dir = FreshRunDir("learners_" + mode);
+      Proc p = Start({"run", "configs/catch_2learners.textproto", "--run-dir", run_dir, "--set",
+                      "learner.update_mode=" + mode},
+                     run_dir + ".out");
+      const int code = Wait(p, std::chrono::seconds(120));
+      const std::string out = Slurp(p.output_path);
+      INFO(out);
+      REQUIRE(code == 0);
+      const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+      CHECK(summary["stop_reason"] == "target return reached");
+      CHECK(summary["mean_return_100"].get<double>() >= 0.9);
+      REQUIRE(summary["learners"].size() == 2);
+      for (const auto& [index, l] : summary["learners"].items()) CHECK(l["env_frames"].get<int64_t>() > 0);
+      REQUIRE(summary["ps"].size() == 3);
+      int64_t applied = 0;
+      for (const auto& [shard, s] : summary["ps"].items()) {
+        INFO("ps " << shard);
+        CHECK(s["gradients_applied"].get<int64_t>() > 10);
+        applied = std::max(applied, s["gradients_applied"].get<int64_t>());
+        // Sync with replicas_to_aggregate = num_learners: nothing is ever too old.
+        if (mode == "sync") CHECK(s["gradients_dropped"].get<int64_t>() == 0);
+        if (mode == "async") {
+          int64_t counted = 0;
+          for (const auto& n : s["staleness_histogram"]) counted += n.get<int64_t>();
+          CHECK(counted == s["gradients_applied"].get<int64_t>());
+        }
+      }
+      // Sync: one step per pair of gradients, so the learners computed about twice as many.
+      int64_t computed = 0;
+      for (const auto& [index, l] : summary["learners"].items()) computed += l["steps"].get<int64_t>();
+      if (mode == "sync") CHECK(computed >= 2 * applied);
+      // The chief's sharded checkpoint: a manifest over every shard's part.
+      {
+        bool manifest = false;
+        for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) {
+          manifest = manifest || fs::exists(e.path() / "MANIFEST");
+          if (fs::exists(e.path() / "MANIFEST")) {
+            for (int s = 0; s < 3; ++s) CHECK(fs::exists(e.path() / ("shard-" + std::to_string(s) + ".bin")));
+          }
+        }
+        CHECK(manifest);
+      }
+      CHECK(fs::exists(run_dir + "/checkpoint.bin"));
+      CheckNeverBackwards(Metrics(run_dir));
+      CheckNoneLeft(Spawned(Metrics(run_dir)));
+    }
+  }
+}
+
+TEST_CASE("fleet: kill -9 of a shard and then of a learner mid-run: the run recovers and learns", "[fleet][learners]") {
+  for (const std::string mode : {"sync", "relay"}) {
+    SECTION(mode) {
+      const std::string run_dir = FreshRunDir("recover_" + mode);
+      const bool sharded = mode == "sync";
+      std::vector<std::string> args = {"run", sharded ? "configs/catch_2learners.textproto" : "configs/catch.textproto",
+                                       "--run-dir", run_dir, "--set", "stop.stop_at_target=false",
+                                       "--set", "stop.total_env_frames=700000", "--set", "learner.checkpoint_interval_s=0.3"};
+      Proc p = Start(args, run_dir + ".out");
+      const std::string shard = sharded ? "ps 1" : "ps 0", learner = sharded ? "learner 1" : "learner 0";
+      const int ps_pid = PidOnceTraining(run_dir, shard, 30);
+      REQUIRE(ps_pid > 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // a checkpoint or two
+      REQUIRE(::kill(ps_pid, SIGKILL) == 0);
+      REQUIRE(WaitRestart(run_dir, shard) > 0);
+      const int learner_pid = PidOnceTraining(run_dir, learner, 30);
+      REQUIRE(learner_pid > 0);
+      REQUIRE(::kill(learner_pid, SIGKILL) == 0);
+      REQUIRE(WaitRestart(run_dir, learner) > 0);
+      const int code = Wait(p, std::chrono::seconds(120));
+      const std::string out = Slurp(p.output_path);
+      INFO(out);
+      REQUIRE(code == 0);
+      const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+      CHECK(summary["restarts"].get<int>() == 2);
+      CHECK(summary["env_frames"].get<int64_t>() >= 700000);
+      CHECK(summary["mean_return_100"].get<double>() >= 0.9);
+      CheckNeverBackwards(Metrics(run_dir));
+      const std::string shard_log = Slurp(run_dir + "/logs/" + (sharded ? "ps-1" : "ps-0") + ".log");
+      const std::string learner_log = Slurp(run_dir + "/logs/" + (sharded ? "learner-1" : "learner-0") + ".log");
+      if (sharded) {
+        // The shard came back from the newest complete checkpoint, numbered above what it served.
+        CHECK_THAT(shard_log, Catch::Contains("after a restart; serving them as version"));
+      } else {
+        CHECK_THAT(learner_log, Catch::Contains("learner: restarted: restored version"));
+      }
       CheckNoneLeft(Spawned(Metrics(run_dir)));
     }
   }

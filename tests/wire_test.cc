@@ -313,7 +313,7 @@ TEST_CASE("wire: bad trajectories are rejected with the reason", "[wire]") {
     auto b = MakeGood(5, 3, 4, 2, 7);
     b.meta.mutable_sender()->set_protocol_version(1);
     CHECK(reason_for(pipe.RoundTrip(b)) == DropReason::kProtocol);
-    CHECK_THAT(detail, Catch::Contains("protocol version 1") && Catch::Contains("speaks version 2"));
+    CHECK_THAT(detail, Catch::Contains("protocol version 1") && Catch::Contains("speaks version 3"));
   }
   SECTION("a wrong unroll length") {
     CHECK(reason_for(pipe.RoundTrip(MakeGood(6, 3, 4, 2, 7))) == DropReason::kShape);

@@ -129,8 +129,10 @@ int RunPsRole(const config::Config& cfg, int task_index, int restarts) {
                      found.dir.c_str(), error.empty() ? "" : ": ", error.c_str());
         return 2;
       }
-      std::fprintf(stderr, "ps %d: restored version %lld from %s%s\n", task_index, (long long)part->version,
-                   found.dir.c_str(), restarts > 0 ? " after a restart" : "");
+      const int64_t mark = ps::ReadVersionMark(opt.version_mark_path);
+      std::fprintf(stderr, "ps %d: restored the parameters and optimizer state of version %lld from %s%s; serving them as version %lld\n",
+                   task_index, (long long)part->version, found.dir.c_str(), restarts > 0 ? " after a restart" : "",
+                   (long long)std::max(part->version, mark));
       opt.restore = part;
     }
   }
