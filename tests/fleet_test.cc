@@ -786,3 +786,55 @@ TEST_CASE("fleet: Atari Pong runs for 200k frames and every process is gone afte
   CHECK(ret <= 21.0);
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
+
+TEST_CASE("fleet: --resume continues a stopped run with exactly its parameters and optimizer state and version", "[fleet][learners]") {
+  for (const std::string mode : {"relay", "sync"}) {
+    SECTION(mode) {
+      const std::string run_dir = FreshRunDir("resume_" + mode);
+      const bool sharded = mode == "sync";
+      Proc first = Start({"run", sharded ? "configs/catch_2learners.textproto" : "configs/catch.textproto", "--run-dir",
+                          run_dir, "--set", "stop.stop_at_target=false", "--set", "stop.total_env_frames=100000"},
+                         run_dir + ".out");
+      REQUIRE(Wait(first, std::chrono::seconds(60)) == 0);
+      const json before = json::parse(Slurp(run_dir + "/summary.json"));
+      // What the stopped run left: the relay learner's checkpoint, or the shards' parts.
+      std::map<std::string, std::string> parts;
+      std::string newest;
+      if (sharded) {
+        for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) newest = std::max(newest, e.path().string());
+        for (int s = 0; s < 3; ++s) parts[std::to_string(s)] = Slurp(newest + "/shard-" + std::to_string(s) + ".bin");
+      } else {
+        parts["learner"] = Slurp(run_dir + "/checkpoint.bin");
+      }
+      // Resumed with the budget already spent: it restores and stops without a step, and
+      // its final checkpoint is the same bytes (parameters, optimizer state, version, counters).
+      Proc again = Start({"run", "--resume", run_dir}, run_dir + ".again.out");
+      REQUIRE(Wait(again, std::chrono::seconds(60)) == 0);
+      const std::string out = Slurp(again.output_path);
+      INFO(out);
+      CHECK_THAT(out, Catch::Contains("stampede: resuming " + run_dir));
+      if (sharded) {
+        std::string latest;
+        for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) latest = std::max(latest, e.path().string());
+        REQUIRE(latest != newest);
+        for (int s = 0; s < 3; ++s) CHECK(Slurp(latest + "/shard-" + std::to_string(s) + ".bin") == parts[std::to_string(s)]);
+      } else {
+        CHECK(Slurp(run_dir + "/checkpoint.bin") == parts["learner"]);
+      }
+      // Resumed with a larger budget: it goes on from the stopped run's step and frames.
+      Proc more = Start({"run", "--resume", run_dir, "--set", "stop.total_env_frames=250000"}, run_dir + ".more.out");
+      REQUIRE(Wait(more, std::chrono::seconds(60)) == 0);
+      const json after = json::parse(Slurp(run_dir + "/summary.json"));
+      CHECK(after["env_frames"].get<int64_t>() >= 250000);
+      CHECK(after["learner_steps"].get<int64_t>() > before["learner_steps"].get<int64_t>());
+      int resumes = 0;
+      int64_t first_step_after = -1;
+      for (const auto& r : Metrics(run_dir)) {
+        resumes += r.value("event", "") == "resume";
+        if (resumes == 2 && !r.contains("event") && first_step_after < 0) first_step_after = r["learner_step"].get<int64_t>();
+      }
+      CHECK(resumes == 2);
+      CHECK(first_step_after >= before["learner_steps"].get<int64_t>());
+    }
+  }
+}

@@ -24,6 +24,8 @@
 #include <sstream>
 #include <zmq.hpp>
 
+#include "learner/checkpoint.h"
+#include "ps/checkpoints.h"
 #include "tools/signals.h"
 #include "wire/config.h"
 #include "wire/auth.h"
@@ -121,6 +123,7 @@ struct SupervisorState {
   // Learners and PS shards restarted after dying, per (role, index); and how many in all.
   std::map<std::pair<int, int>, int> restarts;
   int role_restarts = 0;
+  std::string resumed_from;  // --resume: the checkpoint the run continues from
   int64_t start_frames = 0;  // the learner's count at its first status (non-zero on a restore)
   double lag_mean_acc = 0;
   int lag_mean_n = 0;
@@ -206,6 +209,9 @@ pid_t Spawn(SupervisorState& st, wire::Role role, int index, int restarts = 0) {
     // A child never outlives the coordinator.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) ::_exit(1);
+    // Its own process group: a terminal's Ctrl-C reaches only the coordinator, which
+    // stops the children in order (StopNextStage).
+    ::setpgid(0, 0);
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
@@ -327,6 +333,23 @@ void PrintTaskTable(const SupervisorState& st) {
   if (!std::isnan(mean)) std::printf("normalised score: mean %.3f, median %.3f\n", mean, median);
 }
 
+// The order of a stop: actors and the learners other than the chief first, then the
+// chief (its final checkpoint then holds every gradient the shards applied), then the
+// PS shards (the chief's final checkpoint needs them). Called again at every exit while
+// stopping; a second SIGTERM to a process changes nothing.
+void StopNextStage(SupervisorState& st) {
+  bool others = false, chief = false;
+  for (const auto& [pid, c] : st.children) {
+    others = others || (c.role == wire::ROLE_LEARNER && c.index != 0);
+    chief = chief || (c.role == wire::ROLE_LEARNER && c.index == 0);
+  }
+  for (const auto& [pid, c] : st.children) {
+    const bool now = c.role == wire::ROLE_ACTOR || (c.role == wire::ROLE_LEARNER && (c.index != 0 || !others)) ||
+                     (c.role == wire::ROLE_PS && !others && !chief);
+    if (now) ::kill(pid, SIGTERM);
+  }
+}
+
 void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
   auto& st = self->state;
   if (st.stopping) return;
@@ -337,22 +360,7 @@ void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
   Event(st, "stop", {{"reason", reason}, {"exit_code", exit_code}});
   st.stop_deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                         std::chrono::duration<double>(st.cfg.coordinator().shutdown_grace_s()));
-  // PS shards stop after the learners: the chief's final checkpoint needs them.
-  bool learners = false;
-  for (const auto& [pid, c] : st.children) learners = learners || c.role == wire::ROLE_LEARNER;
-  for (const auto& [pid, c] : st.children) {
-    if (c.role != wire::ROLE_PS || !learners) ::kill(pid, SIGTERM);
-  }
-}
-
-// While stopping: once no learner is left, the PS shards go.
-void StopShardsIfLearnersGone(SupervisorState& st) {
-  for (const auto& [pid, c] : st.children) {
-    if (c.role == wire::ROLE_LEARNER) return;
-  }
-  for (const auto& [pid, c] : st.children) {
-    if (c.role == wire::ROLE_PS) ::kill(pid, SIGTERM);
-  }
+  StopNextStage(st);
 }
 
 void CheckPendingLearnerStatus(Supervisor* self);
@@ -681,12 +689,13 @@ wire::Status MergeLearners(const SupervisorState& st) {
 
 void ApplyLearnerStatus(Supervisor* self, const wire::Status& one) {
   auto& st = self->state;
+  if (!st.learners.count(one.sender().task_index())) {
+    // Frames a learner starts from (restored) are not this run's work.
+    st.start_frames += one.start_env_frames();
+    st.last_frames += one.start_env_frames();
+  }
   st.learners[one.sender().task_index()] = one;
   const wire::Status s = MergeLearners(st);
-  if (!st.have_learner_status) {
-    st.start_frames = s.start_env_frames();
-    st.last_frames = s.start_env_frames();
-  }
   if (s.skipped_steps() > st.learner.skipped_steps()) {
     // A step with a non-finite loss or gradient was not applied (learner/learner.cc).
     Event(st, "skipped_steps", {{"skipped_steps", s.skipped_steps()},
@@ -762,7 +771,7 @@ void OnExit(Supervisor* self, int pid, int wstatus) {
         st.stop_reason += "; then " + who + " " + how + " while stopping";
       }
     }
-    StopShardsIfLearnersGone(st);
+    StopNextStage(st);
     if (st.children.empty()) Finish(self);
     return;
   }
@@ -1054,6 +1063,7 @@ caf::behavior SupervisorBehavior(Supervisor* self) {
   for (int l = 0; l < st.cfg.learner().num_learners(); ++l) Spawn(st, wire::ROLE_LEARNER, l);
   for (int a = 0; a < st.cfg.actors().num_actors(); ++a) Spawn(st, wire::ROLE_ACTOR, a);
   Event(st, "start", {{"config", st.config_path}});
+  if (!st.resumed_from.empty()) Event(st, "resume", {{"checkpoint", st.resumed_from}});
   self->send(self, tick_atom::value);
   return {
       [=](status_atom, const std::string& bytes, const std::string& peer) { OnStatus(self, bytes, peer); },
@@ -1144,8 +1154,69 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
   }
 }
 
+namespace {
+// `--resume`: the run's newest complete checkpoint, fresh loopback endpoints (the old
+// ports may be taken), and a warning when the budget is already spent.
+bool PrepareResume(config::Config* cfg, std::string* from) {
+  const std::string dir = cfg->run_dir();
+  int64_t frames = 0, version = 0;
+  if (ShardsOwnOptimizer(*cfg)) {
+    ps::FoundCheckpoint found;
+    std::vector<std::string> warnings;
+    const bool have = ps::FindNewestCheckpoint(dir + "/checkpoints", &found, &warnings);
+    for (const auto& w : warnings) std::fprintf(stderr, "stampede: WARNING: %s\n", w.c_str());
+    if (!have) {
+      std::fprintf(stderr, "stampede: --resume %s: no complete checkpoint in %s/checkpoints to resume from\n",
+                   dir.c_str(), dir.c_str());
+      return false;
+    }
+    *from = found.dir;
+    version = found.manifest.version;
+    std::string bytes, error;
+    for (const auto& p : found.manifest.parts) {
+      ps::ShardPart part;
+      if (p.file == ps::ShardPartName(0) && ps::ReadPart(found.dir, p, &bytes, &error) &&
+          ps::ParseShardPart(bytes, found.dir + "/" + p.file, &part, &error)) {
+        for (int64_t f : part.learner_frames) frames += f;
+      }
+    }
+  } else {
+    const std::string path = cfg->learner().restore_from().empty() ? dir + "/checkpoint.bin" : cfg->learner().restore_from();
+    learner::CheckpointData d;
+    std::string error;
+    if (!learner::LoadCheckpoint(path, &d, &error)) {
+      std::fprintf(stderr, "stampede: --resume %s: %s\n", dir.c_str(), error.c_str());
+      return false;
+    }
+    cfg->mutable_learner()->set_restore_from(path);
+    *from = path;
+    frames = d.env_frames;
+    version = d.version;
+  }
+  auto* cl = cfg->mutable_cluster();
+  cl->clear_coordinator();
+  cl->clear_learner();
+  cl->clear_learners();
+  cl->clear_ps();
+  std::printf("stampede: resuming %s from %s: version %lld, %lld env frames\n", dir.c_str(), from->c_str(),
+              (long long)version, (long long)frames);
+  if (frames >= cfg->stop().total_env_frames()) {
+    std::fprintf(stderr, "stampede: WARNING: the checkpoint's %lld frames already spend stop.total_env_frames (%lld): "
+                         "the run stops at once (raise it with --set stop.total_env_frames=N)\n",
+                 (long long)frames, (long long)cfg->stop().total_env_frames());
+  }
+  std::fflush(stdout);
+  return true;
+}
+}  // namespace
+
 RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   RunResult result;
+  std::string resumed_from;
+  if (opt.resume && !PrepareResume(&cfg, &resumed_from)) {
+    result.exit_code = 2;
+    return result;
+  }
   ResolveRunConfig(&cfg, opt);
   {
     // Before any process or socket starts: a missing plug-in, a bad kwarg or an
@@ -1179,11 +1250,10 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     std::fflush(stdout);
   }
   std::error_code exists_ec;
-  if (fs::exists(cfg.run_dir() + "/metrics.jsonl", exists_ec)) {
+  if (!opt.resume && fs::exists(cfg.run_dir() + "/metrics.jsonl", exists_ec)) {
     std::fprintf(stderr,
                  "stampede: %s already holds a run (metrics.jsonl); choose another --run-dir or "
-                 "remove it (to continue training from it: --set learner.restore_from=%s/checkpoint.bin "
-                 "with a new --run-dir)\n",
+                 "remove it (to continue it: stampede run --resume %s)\n",
                  cfg.run_dir().c_str(), cfg.run_dir().c_str());
     result.exit_code = 2;
     return result;
@@ -1253,6 +1323,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       st.opt = opt;
       st.self_exe = SelfExe();
       st.config_path = config_path;
+      st.resumed_from = resumed_from;
       st.metrics.open(cfg.run_dir() + "/metrics.jsonl", std::ios::app);
       st.task_reached.assign(size_t(wire::NumTasks(cfg)), -1);
       {

@@ -12,6 +12,9 @@ namespace stampede::tools {
 struct RunOptions {
   std::string config_name = "run";  // for the default run directory
   bool quiet = false;                // no progress lines (bench)
+  // `stampede run --resume`: the run directory holds a stopped run; continue it from its
+  // newest complete checkpoint (metrics.jsonl is appended to).
+  bool resume = false;
 };
 
 struct RunResult {

@@ -165,6 +165,14 @@ int RunPsRole(const config::Config& cfg, int task_index, int restarts) {
     SleepUnlessStopped(1.0);
   }
   server.join();
+  if (!opt.version_mark_path.empty() && shard.stats().newest_version.load() >= 0) {
+    // A clean stop: nothing above the newest version was served, so a resumed run can
+    // number on from exactly there.
+    std::string mark_error;
+    if (!ps::WriteVersionMark(opt.version_mark_path, shard.stats().newest_version.load(), &mark_error)) {
+      std::fprintf(stderr, "ps %d: %s\n", task_index, mark_error.c_str());
+    }
+  }
   report("stopped");
   return 0;
 }

@@ -73,7 +73,11 @@ int main(int argc, char** argv) {
   int restarts = 0;
 
   auto* run = app.add_subcommand("run", "Start and supervise a whole fleet from one config");
-  run->add_option("config", config_path, "Config file (protobuf text format)")->required();
+  run->add_option("config", config_path, "Config file (protobuf text format)");
+  std::string resume_dir;
+  run->add_option("--resume", resume_dir,
+                  "Continue the stopped run in this directory from its newest complete checkpoint (its "
+                  "config.textproto; --set may raise the budget)");
   std::string run_dir;
   run->add_option("--run-dir", run_dir, "Run directory (same as --set run_dir=...)");
   bool trace = false;
@@ -178,10 +182,23 @@ int main(int argc, char** argv) {
 
   if (trace) sets.push_back("trace=true");
   if (run->parsed()) {
+    stampede::tools::RunOptions opt;
+    if (!resume_dir.empty()) {
+      if (!config_path.empty() || !run_dir.empty()) {
+        std::fprintf(stderr, "stampede run: --resume RUN_DIR takes the run's own config.textproto and directory; "
+                             "give no CONFIG or --run-dir with it\n");
+        return 2;
+      }
+      config_path = resume_dir + "/config.textproto";
+      run_dir = resume_dir;
+      opt.resume = true;
+    } else if (config_path.empty()) {
+      std::fprintf(stderr, "stampede run: a CONFIG (or --resume RUN_DIR) is required\n");
+      return 2;
+    }
     if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
-    stampede::tools::RunOptions opt;
     opt.config_name = std::filesystem::path(config_path).stem().string();
     return stampede::tools::RunCoordinator(loaded.config, opt).exit_code;
   }
