@@ -254,7 +254,7 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
   frames_ += valid_steps * m.frames_per_step;
 }
 
-int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>& stop) {
+int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop) {
   std::string error;
   auto core = ActorCore::Create(cfg, task_index, &error);
   if (!core) {
@@ -276,7 +276,7 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
   const int learner_index = LearnerOfActor(cfg, task_index);
   if (curve) curve->MakeClient(out, wire::Identity("learner", learner_index));
   out.connect(LearnerEndpoint(cfg, learner_index));
-  wire::StatusChannel channel(ctx, cfg.cluster().coordinator(), sender, curve.get());
+  wire::StatusChannel channel(ctx, cfg.cluster().coordinator(), sender, curve.get(), cfg.cluster().control(), &stop);
   wire::Status& status = channel.status();
   auto report = [&](const char* activity) {
     status.set_actor_frames(core->frames());
@@ -360,6 +360,7 @@ int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>&
       last_report = Clock::now();
     }
   }
+  report("stopped");
   return 0;
 }
 

@@ -49,6 +49,6 @@ class ActorCore {
 
 // The actor process body: fetch parameters, act, send, until `stop`. Returns the
 // process exit code (non-zero with a message on stderr on a fatal error).
-int RunActor(const config::Config& cfg, int task_index, const std::atomic<bool>& stop);
+int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop);
 
 }  // namespace stampede::actors

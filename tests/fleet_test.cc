@@ -1,7 +1,10 @@
 // Fleet tests: the real `stampede` binary, real processes and sockets on loopback.
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -837,4 +840,81 @@ TEST_CASE("fleet: --resume continues a stopped run with exactly its parameters a
       CHECK(first_step_after >= before["learner_steps"].get<int64_t>());
     }
   }
+}
+
+namespace {
+// A free TCP port on `host` (one of the 127.x.y.z loopback addresses).
+int FreePortOn(const char* host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ::inet_pton(AF_INET, host, &addr.sin_addr);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+}  // namespace
+
+TEST_CASE("fleet: processes started by hand on distinct loopback hosts report to stampede coordinator and stop at the budget", "[fleet][hosts]") {
+  const std::string run_dir = FreshRunDir("hosts");
+  const std::string config = run_dir + ".textproto";
+  auto at = [](const char* host) { return std::string("tcp://") + host + ":" + std::to_string(FreePortOn(host)); };
+  {
+    std::ofstream out(config);
+    out << "env { name: \"Catch\" }\n"
+           "net { hidden_sizes: [64] }\n"
+           "actors { num_actors: 2 envs_per_actor: 8 unroll_length: 10 }\n"
+           "learner { batch_size: 16 optimizer { learning_rate: 0.002 } }\n"
+           "ps { num_shards: 2 }\n"
+           "stop { total_env_frames: 300000 }\n"
+           "cluster {\n"
+        << "  coordinator: \"" << at("127.0.0.2") << "\"\n"
+        << "  control: \"" << at("127.0.0.2") << "\"\n"
+        << "  learner: \"" << at("127.0.0.3") << "\"\n"
+        << "  ps: [\"" << at("127.0.0.4") << "\", \"" << at("127.0.0.5") << "\"]\n"
+        << "}\n";
+  }
+  Proc coordinator = Start({"coordinator", config, "--run-dir", run_dir}, run_dir + ".out");
+  const std::string resolved = run_dir + "/config.textproto";
+  REQUIRE(WaitFor([&] { return fs::exists(resolved); }, std::chrono::seconds(30)));
+  std::vector<Proc> roles;
+  for (const auto& [role, index] : std::vector<std::pair<std::string, int>>{
+           {"ps", 0}, {"ps", 1}, {"learner", 0}, {"actor", 0}, {"actor", 1}}) {
+    roles.push_back(Start({role, "--config", resolved, "--task-index", std::to_string(index)},
+                          run_dir + "." + role + std::to_string(index) + ".out"));
+  }
+  const int code = Wait(coordinator, std::chrono::seconds(90));
+  const std::string out = Slurp(coordinator.output_path);
+  INFO(out);
+  REQUIRE(code == 0);
+  // Every process heard the stop and exited cleanly; the learner wrote its checkpoint.
+  for (const auto& r : roles) {
+    INFO(Slurp(r.output_path));
+    CHECK(Wait(r, std::chrono::seconds(30)) == 0);
+    CHECK_THAT(Slurp(r.output_path), Catch::Contains("the coordinator stops the run: frame budget of 300000 spent"));
+  }
+  for (const char* who : {"ps 0 joined", "ps 1 joined", "learner 0 joined", "actor 0 joined", "actor 1 joined"}) {
+    CHECK_THAT(out, Catch::Contains(who));
+  }
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  CHECK(summary["stop_reason"] == "frame budget of 300000 spent");
+  CHECK(summary["env_frames"].get<int64_t>() >= 300000);
+  int progress_rows = 0;
+  for (const auto& r : Metrics(run_dir)) progress_rows += !r.contains("event") && r["env_frames"].get<int64_t>() > 0;
+  CHECK(progress_rows >= 1);
+  CHECK(fs::exists(run_dir + "/checkpoint.bin"));
+
+  // With the coordinator gone, a process says within seconds that it cannot reach it.
+  Proc lonely = Start({"actor", "--config", resolved, "--task-index", "0"}, run_dir + ".lonely.out");
+  const bool said = WaitFor([&] { return Slurp(lonely.output_path).find("nothing from the coordinator") != std::string::npos; },
+                            std::chrono::seconds(15));
+  ::kill(-lonely.pid, SIGKILL);
+  int status = 0;
+  ::waitpid(lonely.pid, &status, 0);
+  CHECK(said);
 }

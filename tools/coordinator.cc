@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -108,6 +109,24 @@ struct Child {
   std::string log_path;
 };
 
+// What the coordinator's control socket says (the Watcher thread owns the socket): the
+// stop messages of the current stop stage, sent again twice a second with the heartbeat.
+struct ControlBoard {
+  std::mutex mu;
+  std::vector<wire::Control> stops;
+};
+
+// A process the coordinator did not start (`stampede coordinator`, roles started by
+// hand), known from its statuses.
+struct Remote {
+  wire::Role role = wire::ROLE_UNSPECIFIED;
+  int index = 0;
+  int pid = 0;
+  Clock::time_point last_heard;
+  std::string activity;
+  bool stopped = false;  // said "stopped", or went silent while the run stops
+};
+
 struct SupervisorState {
   config::Config cfg;
   RunOptions opt;
@@ -124,6 +143,8 @@ struct SupervisorState {
   std::map<std::pair<int, int>, int> restarts;
   int role_restarts = 0;
   std::string resumed_from;  // --resume: the checkpoint the run continues from
+  std::shared_ptr<ControlBoard> control;
+  std::map<std::pair<int, int>, Remote> remote;  // (role, index) -> a process started elsewhere
   int64_t start_frames = 0;  // the learner's count at its first status (non-zero on a restore)
   double lag_mean_acc = 0;
   int lag_mean_n = 0;
@@ -343,11 +364,44 @@ void StopNextStage(SupervisorState& st) {
     others = others || (c.role == wire::ROLE_LEARNER && c.index != 0);
     chief = chief || (c.role == wire::ROLE_LEARNER && c.index == 0);
   }
-  for (const auto& [pid, c] : st.children) {
-    const bool now = c.role == wire::ROLE_ACTOR || (c.role == wire::ROLE_LEARNER && (c.index != 0 || !others)) ||
-                     (c.role == wire::ROLE_PS && !others && !chief);
-    if (now) ::kill(pid, SIGTERM);
+  for (const auto& [key, r] : st.remote) {
+    if (r.stopped) continue;
+    others = others || (r.role == wire::ROLE_LEARNER && r.index != 0);
+    chief = chief || (r.role == wire::ROLE_LEARNER && r.index == 0);
   }
+  auto now = [&](wire::Role role, int index) {
+    return role == wire::ROLE_ACTOR || (role == wire::ROLE_LEARNER && (index != 0 || !others)) ||
+           (role == wire::ROLE_PS && !others && !chief);
+  };
+  for (const auto& [pid, c] : st.children) {
+    if (now(c.role, c.index)) ::kill(pid, SIGTERM);
+  }
+  // The same stage for every process, wherever it runs, over the control socket.
+  std::vector<wire::Control> stops;
+  auto stop = [&](wire::Role role, int index) {
+    wire::Control c;
+    *c.mutable_sender() = wire::MakeSender(wire::ROLE_COORDINATOR, 0, 0);
+    c.set_stop(true);
+    c.set_stop_role(role);
+    c.set_stop_index(index);
+    c.set_reason(st.stop_reason);
+    stops.push_back(c);
+  };
+  stop(wire::ROLE_ACTOR, -1);
+  for (int l = 1; l < st.cfg.learner().num_learners(); ++l) stop(wire::ROLE_LEARNER, l);
+  if (!others) stop(wire::ROLE_LEARNER, 0);
+  if (!others && !chief) stop(wire::ROLE_PS, -1);
+  std::lock_guard lock(st.control->mu);
+  st.control->stops = std::move(stops);
+}
+
+// Every process of the run is gone: children reaped, remote ones stopped.
+bool AllGone(const SupervisorState& st) {
+  if (!st.children.empty()) return false;
+  for (const auto& [key, r] : st.remote) {
+    if (!r.stopped) return false;
+  }
+  return true;
 }
 
 void BeginStop(Supervisor* self, const std::string& reason, int exit_code) {
@@ -518,6 +572,29 @@ void OnStatus(Supervisor* self, const std::string& bytes, const std::string& pee
   if (it != st.children.end()) {
     it->second.last_heard = Clock::now();
     it->second.activity = s.activity();
+  } else if (st.opt.standalone) {
+    // A process started elsewhere: known from its statuses.
+    Remote& r = st.remote[{int(s.sender().role()), s.sender().task_index()}];
+    if (r.pid == 0 && !st.opt.quiet) {
+      std::printf("stampede: %s joined (pid %d)\n", who.c_str(), s.pid());
+      std::fflush(stdout);
+    }
+    if (r.pid != 0 && r.pid != s.pid()) Event(st, "rejoined", {{"process", who}, {"pid", s.pid()}});
+    r.role = s.sender().role();
+    r.index = s.sender().task_index();
+    r.pid = s.pid();
+    r.last_heard = Clock::now();
+    r.activity = s.activity();
+    const bool stopped = s.activity().rfind("stopped", 0) == 0;
+    if (stopped && !r.stopped) Event(st, "process_exit", {{"process", who}, {"pid", s.pid()}, {"how", "stopped"}});
+    r.stopped = stopped;
+    if (st.stopping) {
+      StopNextStage(st);
+      if (AllGone(st)) {
+        Finish(self);
+        return;
+      }
+    }
   }
   if (s.sender().role() == wire::ROLE_ACTOR) {
     st.actor_stats[pid_t(s.pid())] = {s.actor_frames(), s.actor_send_wait_s()};
@@ -772,7 +849,7 @@ void OnExit(Supervisor* self, int pid, int wstatus) {
       }
     }
     StopNextStage(st);
-    if (st.children.empty()) Finish(self);
+    if (AllGone(st)) Finish(self);
     return;
   }
   Event(st, "process_exit", {{"process", who}, {"pid", pid}, {"how", how}});
@@ -843,6 +920,7 @@ void Progress(SupervisorState& st, Clock::time_point now) {
   const double lag_mean = st.lag_mean_n ? st.lag_mean_acc / st.lag_mean_n : 0;
   int actors_alive = 0;
   for (auto& [pid, c] : st.children) actors_alive += c.role == wire::ROLE_ACTOR;
+  for (auto& [key, r] : st.remote) actors_alive += r.role == wire::ROLE_ACTOR && !r.stopped;
   const auto [actor_frames, actor_wait] = ActorTotals(st);
   const bool suite = st.cfg.tasks_size() > 0;
   const auto [norm_mean, norm_median] = NormalisedAggregate(st);
@@ -961,6 +1039,7 @@ bool Stalled(SupervisorState& st, Clock::time_point now) {
   if (limit <= 0) return false;
   bool actors_alive = false;
   for (const auto& [pid, c] : st.children) actors_alive = actors_alive || c.role == wire::ROLE_ACTOR;
+  for (const auto& [key, r] : st.remote) actors_alive = actors_alive || (r.role == wire::ROLE_ACTOR && !r.stopped);
   const int64_t steps = st.have_learner_status ? st.learner.learner_steps() : -1;
   if (steps != st.watched_steps || !actors_alive) {
     st.watched_steps = steps;
@@ -1001,6 +1080,9 @@ std::string Diagnose(const SupervisorState& st) {
   for (const auto& [pid, c] : st.children) {
     if (c.role == wire::ROLE_ACTOR) ++doing[c.activity];
   }
+  for (const auto& [key, r] : st.remote) {
+    if (r.role == wire::ROLE_ACTOR && !r.stopped) ++doing[r.activity];
+  }
   for (const auto& [activity, n] : doing) os << "; " << n << " " << activity;
   os << "\n";
   for (const auto& [who, reasons] : st.refused) {
@@ -1022,10 +1104,34 @@ void OnTick(Supervisor* self) {
                      c.activity.c_str());
         ::kill(pid, SIGKILL);
       }
+      for (auto& [key, r] : st.remote) {
+        if (r.stopped) continue;
+        std::fprintf(stderr, "stampede: %s %d (pid %d, started elsewhere) did not say it stopped within %.0f s "
+                             "(last: %s); not waiting for it\n",
+                     wire::RoleName(r.role), r.index, r.pid, st.cfg.coordinator().shutdown_grace_s(), r.activity.c_str());
+        r.stopped = true;
+      }
       st.killed = true;
+    }
+    // Processes started elsewhere that went quiet are gone; the stop moves on.
+    for (auto& [key, r] : st.remote) {
+      if (!r.stopped && now - r.last_heard > std::chrono::seconds(3)) r.stopped = true;
+    }
+    StopNextStage(st);
+    if (AllGone(st)) {
+      Finish(self);
+      return;
     }
     self->delayed_send(self, std::chrono::milliseconds(100), tick_atom::value);
     return;
+  }
+  for (auto& [key, r] : st.remote) {
+    if (r.stopped || now - r.last_heard < std::chrono::duration<double>(st.cfg.coordinator().heartbeat_timeout_s())) continue;
+    std::fprintf(stderr, "stampede: %s %d (pid %d, started elsewhere) silent for %.0f s; last doing: %s\n",
+                 wire::RoleName(r.role), r.index, r.pid, st.cfg.coordinator().heartbeat_timeout_s(), r.activity.c_str());
+    Event(st, "silent", {{"process", std::string(wire::RoleName(r.role)) + " " + std::to_string(r.index)},
+                         {"last_activity", r.activity}});
+    r.stopped = true;  // reported once; it counts again when it reports
   }
   // Heartbeats: a silent process is reported with what it was last doing.
   const auto timeout = std::chrono::duration<double>(st.cfg.coordinator().heartbeat_timeout_s());
@@ -1059,9 +1165,16 @@ caf::behavior SupervisorBehavior(Supervisor* self) {
   st.last_tick = st.start;
   st.steps_moved = st.start;
   st.prev_actor_time = st.start;
-  for (int s = 0; s < st.cfg.ps().num_shards(); ++s) Spawn(st, wire::ROLE_PS, s);
-  for (int l = 0; l < st.cfg.learner().num_learners(); ++l) Spawn(st, wire::ROLE_LEARNER, l);
-  for (int a = 0; a < st.cfg.actors().num_actors(); ++a) Spawn(st, wire::ROLE_ACTOR, a);
+  if (!st.opt.standalone) {
+    for (int s = 0; s < st.cfg.ps().num_shards(); ++s) Spawn(st, wire::ROLE_PS, s);
+    for (int l = 0; l < st.cfg.learner().num_learners(); ++l) Spawn(st, wire::ROLE_LEARNER, l);
+    for (int a = 0; a < st.cfg.actors().num_actors(); ++a) Spawn(st, wire::ROLE_ACTOR, a);
+  } else if (!st.opt.quiet) {
+    std::printf("stampede: coordinator for a run whose processes are started elsewhere: status on %s, control on %s; "
+                "start each with `stampede ROLE --config %s --task-index I`\n",
+                st.cfg.cluster().coordinator().c_str(), st.cfg.cluster().control().c_str(), st.config_path.c_str());
+    std::fflush(stdout);
+  }
   Event(st, "start", {{"config", st.config_path}});
   if (!st.resumed_from.empty()) Event(st, "resume", {{"checkpoint", st.resumed_from}});
   self->send(self, tick_atom::value);
@@ -1078,8 +1191,19 @@ caf::behavior SupervisorBehavior(Supervisor* self) {
 // and turns Ctrl-C into a stop request.
 // `ctx` (and its ZAP handler, with CURVE) outlive this thread.
 void Watcher(caf::blocking_actor* self, caf::actor supervisor, zmq::context_t* ctx, const wire::Curve* curve,
-             std::string endpoint, int64_t max_bytes, std::shared_ptr<std::atomic<bool>> done,
-             std::shared_ptr<std::atomic<int>> bound) {
+             std::string endpoint, std::string control_endpoint, std::shared_ptr<ControlBoard> board,
+             int64_t max_bytes, std::shared_ptr<std::atomic<bool>> done, std::shared_ptr<std::atomic<int>> bound) {
+  zmq::socket_t control(*ctx, zmq::socket_type::pub);
+  wire::ConfigureSender(control, 1000, 0);
+  if (curve != nullptr) curve->MakeServer(control, wire::kDomainControl);
+  try {
+    control.bind(control_endpoint);
+  } catch (const zmq::error_t& e) {
+    std::fprintf(stderr, "stampede: cannot bind the coordinator's control socket %s (cluster.control): %s\n",
+                 control_endpoint.c_str(), e.what());
+    bound->store(-1);
+    return;
+  }
   zmq::socket_t pull(*ctx, zmq::socket_type::pull);
   // Statuses are small: a bounded size and queue keep a flood from growing memory.
   wire::ConfigureReceiver(pull, max_bytes);
@@ -1095,6 +1219,7 @@ void Watcher(caf::blocking_actor* self, caf::actor supervisor, zmq::context_t* c
   }
   bound->store(1);
   bool signalled = false;
+  auto last_beat = Clock::now() - std::chrono::seconds(1);
   zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0}};
   zmq::message_t msg;
   while (!done->load()) {
@@ -1115,6 +1240,18 @@ void Watcher(caf::blocking_actor* self, caf::actor supervisor, zmq::context_t* c
     pid_t pid;
     while ((pid = ::waitpid(-1, &wstatus, WNOHANG)) > 0) {
       self->send(supervisor, exited_atom::value, int(pid), wstatus);
+    }
+    if (Clock::now() - last_beat > std::chrono::milliseconds(500)) {
+      // The heartbeat, and the current stop stage's messages, to every process.
+      last_beat = Clock::now();
+      wire::Control beat;
+      *beat.mutable_sender() = wire::MakeSender(wire::ROLE_COORDINATOR, 0, 0);
+      std::vector<wire::Control> out = {beat};
+      {
+        std::lock_guard lock(board->mu);
+        out.insert(out.end(), board->stops.begin(), board->stops.end());
+      }
+      for (const auto& c : out) (void)wire::SendMessage(control, c);
     }
     if (!signalled && StopFlag().load()) {
       signalled = true;
@@ -1138,6 +1275,7 @@ std::string SelfExePath() {
 void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
   auto* cl = cfg->mutable_cluster();
   if (cl->coordinator().empty()) cl->set_coordinator(Loopback());
+  if (cl->control().empty()) cl->set_control(Loopback());
   if (cl->learner().empty()) cl->set_learner(cl->learners_size() > 0 ? cl->learners(0) : Loopback());
   if (cfg->learner().num_learners() > 1 && cl->learners_size() == 0) {
     cl->add_learners(cl->learner());
@@ -1198,6 +1336,7 @@ bool PrepareResume(config::Config* cfg, std::string* from) {
   cl->clear_learner();
   cl->clear_learners();
   cl->clear_ps();
+  cl->clear_control();
   std::printf("stampede: resuming %s from %s: version %lld, %lld env frames\n", dir.c_str(), from->c_str(),
               (long long)version, (long long)frames);
   if (frames >= cfg->stop().total_env_frames()) {
@@ -1317,6 +1456,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     caf::actor_system sys{sys_cfg};
     auto done = std::make_shared<std::atomic<bool>>(false);
     auto bound = std::make_shared<std::atomic<int>>(0);  // 1 bound, -1 failed
+    auto board = std::make_shared<ControlBoard>();
     auto sup = sys.spawn([&](Supervisor* self) {
       auto& st = self->state;
       st.cfg = cfg;
@@ -1324,6 +1464,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       st.self_exe = SelfExe();
       st.config_path = config_path;
       st.resumed_from = resumed_from;
+      st.control = board;
       st.metrics.open(cfg.run_dir() + "/metrics.jsonl", std::ios::app);
       st.task_reached.assign(size_t(wire::NumTasks(cfg)), -1);
       {
@@ -1345,8 +1486,8 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       }
       return SupervisorBehavior(self);
     });
-    sys.spawn<caf::detached>(Watcher, sup, &ctx, curve.get(), cfg.cluster().coordinator(),
-                             std::min(cfg.cluster().max_message_bytes(), cfg.coordinator().max_status_bytes()),
+    sys.spawn<caf::detached>(Watcher, sup, &ctx, curve.get(), cfg.cluster().coordinator(), cfg.cluster().control(),
+                             board, std::min(cfg.cluster().max_message_bytes(), cfg.coordinator().max_status_bytes()),
                              done, bound);
     sys.await_all_actors_done();
   }

@@ -15,6 +15,9 @@ struct RunOptions {
   // `stampede run --resume`: the run directory holds a stopped run; continue it from its
   // newest complete checkpoint (metrics.jsonl is appended to).
   bool resume = false;
+  // `stampede coordinator`: start no process; supervise the ones started elsewhere (by
+  // hand or a cluster scheduler) from their statuses, and stop them over cluster.control.
+  bool standalone = false;
 };
 
 struct RunResult {

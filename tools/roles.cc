@@ -47,7 +47,8 @@ int RunLearnerRole(const config::Config& cfg, int task_index, int restarts) {
   // The first status goes out after Start, so the coordinator's first learner status
   // carries real counts (a restored learner starts from its checkpoint's).
   wire::StatusChannel channel(ctx, cfg.cluster().coordinator(),
-                              wire::MakeSender(wire::ROLE_LEARNER, task_index, incarnation), curve.get());
+                              wire::MakeSender(wire::ROLE_LEARNER, task_index, incarnation), curve.get(),
+                              cfg.cluster().control(), &StopFlag());
   learner::Learner learner(cfg, ctx, LearnerEndpoint(cfg, task_index), incarnation, curve, task_index, restarts > 0);
   if (!learner.Start(&error)) {
     std::fprintf(stderr, "learner: %s\n", error.c_str());
@@ -137,7 +138,8 @@ int RunPsRole(const config::Config& cfg, int task_index, int restarts) {
     }
   }
   wire::StatusChannel channel(ctx, cfg.cluster().coordinator(),
-                              wire::MakeSender(wire::ROLE_PS, task_index, opt.incarnation), curve.get());
+                              wire::MakeSender(wire::ROLE_PS, task_index, opt.incarnation), curve.get(),
+                              cfg.cluster().control(), &StopFlag());
   ps::Shard shard(ctx, opt);
   if (!shard.Bind(cfg.cluster().ps(task_index), &error)) {
     std::fprintf(stderr, "%s\n", error.c_str());

@@ -84,6 +84,13 @@ int main(int argc, char** argv) {
   run->add_flag("--trace", trace, "Write a Chrome/Perfetto timeline of every process to RUN_DIR/trace.json "
                                   "(same as --set trace=true)");
 
+  auto* coordinator = app.add_subcommand(
+      "coordinator", "Run only the coordinator (status, progress, metrics, budget, stop) for processes started "
+                     "elsewhere, by hand or by a cluster scheduler; every cluster endpoint must be set");
+  coordinator->add_option("config", config_path, "Config file with every cluster endpoint")->required();
+  coordinator->add_option("--run-dir", run_dir, "Run directory (same as --set run_dir=...)");
+  coordinator->add_flag("--trace", trace, "Processes write Chrome/Perfetto timelines (RUN_DIR/trace)");
+
   auto* suite = app.add_subcommand("suite", "Run a multi-task config to its budget, then write its report "
                                              "(report.md, report.csv, report.png) into the run directory");
   suite->add_option("config", config_path, "Config file with tasks { ... }")->required();
@@ -151,7 +158,7 @@ int main(int argc, char** argv) {
   bench->add_option("--fleet-frames", bench_opt.fleet_frames,
                     "Frame budget of the end-to-end fleet run (0 skips it)")
       ->default_val(1000000);
-  for (auto* sub : {run, suite, ps_plan, spec, keys, roles[0], roles[1], roles[2], bench}) {
+  for (auto* sub : {run, coordinator, suite, ps_plan, spec, keys, roles[0], roles[1], roles[2], bench}) {
     // One value per --set, so `--set a=1 CONFIG` leaves CONFIG to the positional.
     sub->add_option("--set", sets, "Override a config field: path=value (repeatable)")
         ->allow_extra_args(false);
@@ -199,6 +206,30 @@ int main(int argc, char** argv) {
     if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
+    opt.config_name = std::filesystem::path(config_path).stem().string();
+    return stampede::tools::RunCoordinator(loaded.config, opt).exit_code;
+  }
+  if (coordinator->parsed()) {
+    if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
+    stampede::LoadedConfig loaded;
+    if (!Load(config_path, sets, &loaded)) return 2;
+    const auto& cl = loaded.config.cluster();
+    std::string missing;
+    if (cl.coordinator().empty()) missing += " cluster.coordinator";
+    if (cl.control().empty()) missing += " cluster.control";
+    if (stampede::LearnerEndpoint(loaded.config, 0).empty() ||
+        (loaded.config.learner().num_learners() > 1 && cl.learners_size() == 0)) {
+      missing += loaded.config.learner().num_learners() > 1 ? " cluster.learners" : " cluster.learner";
+    }
+    if (cl.ps_size() == 0) missing += " cluster.ps";
+    if (loaded.config.run_dir().empty()) missing += " run_dir";
+    if (!missing.empty()) {
+      std::fprintf(stderr, "stampede coordinator: %s: the processes started elsewhere need fixed endpoints and a run "
+                           "directory; not set:%s\n", config_path.c_str(), missing.c_str());
+      return 2;
+    }
+    stampede::tools::RunOptions opt;
+    opt.standalone = true;
     opt.config_name = std::filesystem::path(config_path).stem().string();
     return stampede::tools::RunCoordinator(loaded.config, opt).exit_code;
   }
@@ -253,6 +284,16 @@ int main(int argc, char** argv) {
     if (!Load(config_path, sets, &loaded)) return 2;
     const std::string role = sub->get_name();
     if (!NeedsEndpoints(loaded.config, role.c_str())) return 2;
+    if (!loaded.config.run_dir().empty()) {
+      // Started by hand on a host of its own: the run directory it writes to is made here.
+      std::error_code ec;
+      std::filesystem::create_directories(loaded.config.run_dir(), ec);
+      if (ec) {
+        std::fprintf(stderr, "stampede %s: cannot create the run directory %s: %s\n", role.c_str(),
+                     loaded.config.run_dir().c_str(), ec.message().c_str());
+        return 2;
+      }
+    }
     if (loaded.config.trace() && !loaded.config.run_dir().empty()) {
       std::string error;
       const std::string again = restarts > 0 ? "-r" + std::to_string(restarts) : "";

@@ -203,7 +203,8 @@ std::shared_ptr<const Curve> RunCurve(const config::Config& cfg, const std::stri
 std::map<std::string, std::set<std::string>> RunAllowList() {
   return {{kDomainTrajectories, {"actor"}},
           {kDomainParams, {"actor", "learner"}},
-          {kDomainStatus, {"actor", "learner", "ps", "coordinator"}}};
+          {kDomainStatus, {"actor", "learner", "ps", "coordinator"}},
+          {kDomainControl, {"actor", "learner", "ps", "coordinator"}}};
 }
 
 ZapHandler::ZapHandler(zmq::context_t& ctx, const Curve& curve,

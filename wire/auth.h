@@ -30,6 +30,7 @@ namespace stampede::wire {
 inline constexpr const char* kDomainTrajectories = "trajectories";  // learner PULL: actors
 inline constexpr const char* kDomainParams = "params";              // PS ROUTER: actors, learners
 inline constexpr const char* kDomainStatus = "status";              // coordinator PULL: all
+inline constexpr const char* kDomainControl = "control";            // coordinator PUB: all
 
 std::string Identity(const char* role, int index);
 // The role part of an identity ("actor-3" -> "actor"); empty if malformed.

@@ -1,8 +1,11 @@
 // A process's status (heartbeat and metrics) to the coordinator: one PUSH socket, used
-// by one thread. Without a coordinator endpoint (a role started by hand) Send does
-// nothing.
+// by one thread. Without a coordinator endpoint Send does nothing. With a control
+// endpoint it also listens (SUB) to the coordinator: a stop meant for this process sets
+// `*stop`, and 5 s without a word from the coordinator is reported on stderr.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -18,14 +21,23 @@ class StatusChannel {
  public:
   // `curve`: the run's keys (CURVE on), or null.
   StatusChannel(zmq::context_t& ctx, const std::string& coordinator_endpoint, const Sender& sender,
-                const Curve* curve = nullptr);
+                const Curve* curve = nullptr, const std::string& control_endpoint = "",
+                std::atomic<bool>* stop = nullptr);
   Status& status() { return status_; }
-  // Sends status() with `activity` (what the process is doing now); never blocks.
+  // Sends status() with `activity` (what the process is doing now) and reads what the
+  // coordinator said meanwhile; never blocks.
   void Send(const char* activity);
+  // True once the coordinator has been heard on the control socket.
+  bool heard() const { return heard_; }
 
  private:
-  std::unique_ptr<zmq::socket_t> socket_;
+  void Listen();
+  std::unique_ptr<zmq::socket_t> socket_, control_;
+  std::string control_endpoint_;
+  std::atomic<bool>* stop_ = nullptr;
   Status status_;
+  bool heard_ = false;
+  std::chrono::steady_clock::time_point last_heard_, last_warned_;
 };
 
 }  // namespace stampede::wire
