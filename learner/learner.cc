@@ -660,7 +660,7 @@ void Learner::Impl::StartShardedCheckpoint() {
   std::filesystem::create_directories(ckpt_dir, ec);
   ckpt_done.clear();
   ckpt_started = Clock::now();
-  if (ec || !publisher->RequestCheckpoint(ckpt_sequence, ckpt_dir)) {
+  if (ec || !publisher->RequestCheckpoint(ckpt_sequence)) {
     std::lock_guard lock(mu);
     checkpoint_error = "cannot start checkpoint " + ckpt_dir + (ec ? ": " + ec.message() : ": a shard's queue is full");
     ++checkpoint_failures;

@@ -260,13 +260,12 @@ bool ParamsPublisher::PushGradient(std::span<const float> grad, const std::vecto
   return true;
 }
 
-bool ParamsPublisher::RequestCheckpoint(int64_t sequence, const std::string& directory) {
+bool ParamsPublisher::RequestCheckpoint(int64_t sequence) {
   bool all = true;
   for (auto& socket : sockets_) {
     wire::PsRequest req;
     *req.mutable_sender() = opt_.sender;
     req.mutable_checkpoint()->set_sequence(sequence);
-    req.mutable_checkpoint()->set_directory(directory);
     all = wire::SendMessage(socket, req, {}) && all;
   }
   return all;

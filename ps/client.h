@@ -101,8 +101,8 @@ class ParamsPublisher {
   // shard's parameters it was computed on. Retries a full queue until *stop.
   bool PushGradient(std::span<const float> grad, const std::vector<int64_t>& shard_versions, double learning_rate,
                     const std::atomic<bool>* stop);
-  // Asks every shard for its part of checkpoint `sequence` in `directory`.
-  bool RequestCheckpoint(int64_t sequence, const std::string& directory);
+  // Asks every shard for its part of checkpoint `sequence` (in its RUN_DIR/checkpoints).
+  bool RequestCheckpoint(int64_t sequence);
   // Reads shards' answers to checkpoint requests (non-blocking); appends them to `done`.
   void PollCheckpointDone(std::vector<wire::CheckpointDone>* done);
 

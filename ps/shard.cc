@@ -72,7 +72,8 @@ Shard::Shard(zmq::context_t& ctx, ShardOptions opt)
     current_ = r->params;
     ms_ = r->mean_square;
     mom_ = r->momentum;
-    Publish(std::max(r->version, version_mark_), current_.data());
+    restored_version_ = std::max(r->version, version_mark_);
+    Publish(restored_version_, current_.data());
   }
 }
 
@@ -171,6 +172,14 @@ void Shard::Publish(int64_t version, const float* values) {
   versions_.push_back(std::move(snap));
   while (int(versions_.size()) > opt_.versions_kept) versions_.pop_front();
   stats_.newest_version = version;
+  if (restored_version_ >= 0 && version > restored_version_) {
+    // The recovery benchmark (tools/bench_recovery.sh) reads this line.
+    const double unix_time =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::fprintf(stderr, "ps %d: version %lld, the first new one since the restore, at unix time %.3f\n", opt_.shard,
+                 (long long)version, unix_time);
+    restored_version_ = -1;
+  }
   AnswerWaiting();
 }
 
@@ -301,8 +310,12 @@ void Shard::HandleCheckpoint(const zmq::message_t& identity, const wire::Checkpo
   done.set_sequence(req.sequence());
   done.set_shard(opt_.shard);
   done.set_file(ShardPartName(opt_.shard));
-  if (opt_.mode == UpdateMode::kRelay || versions_.empty() || req.directory().empty()) {
-    done.set_error(opt_.mode == UpdateMode::kRelay ? "relay mode: the learner checkpoints" : "no parameters yet");
+  if (opt_.mode == UpdateMode::kRelay || versions_.empty() || opt_.checkpoint_root.empty() ||
+      req.sequence() <= 0 || req.sequence() > 99999999) {
+    done.set_error(opt_.mode == UpdateMode::kRelay ? "relay mode: the learner checkpoints"
+                   : versions_.empty()             ? "no parameters yet"
+                   : opt_.checkpoint_root.empty()  ? "this shard has no run directory"
+                                                   : "checkpoint sequence out of range [1, 99999999]");
   } else {
     ShardPart part;
     part.shard = opt_.shard;
@@ -317,10 +330,11 @@ void Shard::HandleCheckpoint(const zmq::message_t& identity, const wire::Checkpo
     part.mean_square = ms_;
     part.momentum = mom_;
     const std::string bytes = SerializeShardPart(part);
+    const std::string dir = CheckpointDir(opt_.checkpoint_root, req.sequence());
     std::error_code ec;
-    std::filesystem::create_directories(req.directory(), ec);
+    std::filesystem::create_directories(dir, ec);
     std::string error;
-    if (wire::WriteFileAtomically(req.directory() + "/" + done.file(), bytes, &error)) {
+    if (wire::WriteFileAtomically(dir + "/" + done.file(), bytes, &error)) {
       done.set_version(part.version);
       done.set_bytes(int64_t(bytes.size()));
       done.set_checksum(Fnv1a64(bytes.data(), bytes.size()));

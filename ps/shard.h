@@ -50,6 +50,8 @@ struct ShardOptions {
   float rms_decay = 0.99f, rms_momentum = 0.f, rms_epsilon = 0.01f;
   // The version high-water mark file (ps/checkpoints.h); empty: none.
   std::string version_mark_path;
+  // Where checkpoint parts go (RUN_DIR/checkpoints); empty: checkpoint requests are refused.
+  std::string checkpoint_root;
   // A checkpoint part to start from (sync/async restarts); null: wait for the chief's put.
   std::shared_ptr<const ShardPart> restore;
 };
@@ -123,6 +125,7 @@ class Shard {
   std::vector<int> contributed_;            // sync: learners in sum_
   double lr_sum_ = 0;
   int64_t version_mark_ = 0;
+  int64_t restored_version_ = -1;  // restored: the version it came back with, until a newer one
   ShardStats stats_;
   wire::LogLimiter log_limiter_;
 };

@@ -112,6 +112,7 @@ int RunPsRole(const config::Config& cfg, int task_index, int restarts) {
     // The shard owns its slice's optimizer: it numbers versions above anything it served
     // before (the mark), and starts from the newest complete checkpoint if there is one.
     opt.version_mark_path = cfg.run_dir() + "/ps-" + std::to_string(task_index) + ".version";
+    opt.checkpoint_root = cfg.run_dir() + "/checkpoints";
     ps::FoundCheckpoint found;
     std::vector<std::string> warnings;
     const bool have = ps::FindNewestCheckpoint(cfg.run_dir() + "/checkpoints", &found, &warnings);

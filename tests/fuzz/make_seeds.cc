@@ -106,6 +106,19 @@ int main(int argc, char** argv) {
   Write(ps, "put_nan", fuzz::JoinFrames({"peer-l", put.SerializeAsString(), nan_data}));
   get.mutable_get()->set_exact_version(3);
   Write(ps, "get_exact", fuzz::JoinFrames({"peer-b", get.SerializeAsString()}));
+  // Sync/async: a gradient push of version 3 from learner 1, and a checkpoint request.
+  wire::PsRequest push;
+  *push.mutable_sender() = wire::MakeSender(wire::ROLE_LEARNER, 1, 1);
+  push.mutable_push()->set_learning_rate(0.01);
+  *push.mutable_push()->mutable_slice() = *p;
+  push.mutable_push()->mutable_slice()->set_version(3);
+  push.mutable_push()->mutable_slice()->set_learner_index(1);
+  push.mutable_push()->mutable_slice()->set_learner_env_frames(12345);
+  Write(ps, "push", fuzz::JoinFrames({"peer-l", push.SerializeAsString(), data}));
+  wire::PsRequest checkpoint;
+  *checkpoint.mutable_sender() = wire::MakeSender(wire::ROLE_LEARNER, 0, 1);
+  checkpoint.mutable_checkpoint()->set_sequence(7);
+  Write(ps, "checkpoint", fuzz::JoinFrames({"peer-l", checkpoint.SerializeAsString()}));
 
   // Configs: every shipped config, and one with overrides.
   const fs::path cfg = root / "config";
