@@ -152,7 +152,7 @@ TEST_CASE("sync: one learner's second gradient for the same version does not cou
   CHECK(shard.stats().gradients_dropped.load() == 1);
 }
 
-TEST_CASE("async: gradients apply on arrival; one past max_gradient_staleness is dropped and counted", "[ps][async]") {
+TEST_CASE("async: gradients apply on arrival and one past max_gradient_staleness is dropped and counted", "[ps][async]") {
   const auto spec = Spec();
   const auto layout = net::ModelLayout(spec);
   const int64_t total = layout.total_size();
