@@ -292,6 +292,7 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
   co.sender = sender;
   co.curve = curve;
   co.mixed_versions = ShardsOwnOptimizer(cfg);
+  co.bfloat16 = cfg.ps().wire_bfloat16();
   ps::ParamsFetcher fetcher(ctx, co);
   std::vector<float> params(core->param_count());
   int64_t version = -1;

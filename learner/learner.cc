@@ -296,6 +296,7 @@ bool Learner::Start(std::string* error) {
   co.max_message_bytes = m.cfg.cluster().max_message_bytes();
   co.learner_index = m.index;
   co.mixed_versions = m.ps_mode;
+  co.bfloat16 = m.cfg.ps().wire_bfloat16();
   m.publisher = std::make_unique<ps::ParamsPublisher>(m.ctx, co);
   if (m.ps_mode || m.restarted) m.fetcher = std::make_unique<ps::ParamsFetcher>(m.ctx, co);
   if (m.restarted && !m.ps_mode) {

@@ -10,6 +10,7 @@
 
 #include "net/layout.h"
 #include "ps/placement.h"
+#include "wire/bfloat16.h"
 #include "wire/auth.h"
 #include "wire/zmq_util.h"
 
@@ -62,6 +63,7 @@ void ParamsFetcher::Request(int shard, int64_t min_version, int64_t exact_versio
   *req.mutable_sender() = opt_.sender;
   req.mutable_get()->set_min_version(min_version);
   req.mutable_get()->set_exact_version(exact_version);
+  req.mutable_get()->set_bfloat16(opt_.bfloat16);
   const std::string bytes = req.SerializeAsString();
   zmq::message_t msg(bytes.data(), bytes.size());
   if (s.socket.send(msg, zmq::send_flags::dontwait)) {
@@ -110,16 +112,22 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
                       (long long)(mine.offset + mine.count));
         mismatch_ = buf;
       }
+      const size_t element = reply.bfloat16() ? sizeof(uint16_t) : sizeof(float);
       if (parts.size() != 2 || reply.shard() != i || reply.total_size() != opt_.total_size ||
           reply.layout_fingerprint() != opt_.layout_fingerprint || reply.offset() != mine.offset ||
-          reply.count() != mine.count || parts[1].size() != size_t(mine.count) * sizeof(float)) {
+          reply.count() != mine.count || parts[1].size() != size_t(mine.count) * element) {
         ++rejected_;
         continue;
       }
       if (reply.version() <= s.version || (!opt_.mixed_versions && reply.version() <= *version)) continue;
       s.version = reply.version();
       s.data.resize(mine.count);
-      std::memcpy(s.data.data(), parts[1].data(), parts[1].size());
+      if (reply.bfloat16()) {
+        const auto* h = static_cast<const uint16_t*>(parts[1].data());
+        for (int64_t k = 0; k < mine.count; ++k) s.data[size_t(k)] = wire::FromBfloat16(h[k]);
+      } else {
+        std::memcpy(s.data.data(), parts[1].data(), parts[1].size());
+      }
     }
   }
   if (opt_.mixed_versions) return PollMixed(params, version);

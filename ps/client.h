@@ -39,6 +39,8 @@ struct ClientOptions {
   bool mixed_versions = false;
   // Learners: the index and cumulative frame count puts and pushes carry (ps/shard.h).
   int learner_index = 0;
+  // Fetchers: ask for bfloat16 slices (ps.wire_bfloat16).
+  bool bfloat16 = false;
 };
 
 // Assembles whole versions from all shards without ever blocking the caller: Poll()

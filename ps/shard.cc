@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "net/kernel_math.h"
+#include "wire/bfloat16.h"
 #include "net/layout.h"
 #include "ps/checkpoints.h"
 #include "wire/auth.h"
@@ -46,6 +47,8 @@ void Shard::Refuse(Refusal why, const std::string& detail) {
 struct Shard::Snapshot {
   int64_t version;
   std::vector<float> data;
+  // The same values as bfloat16, made on the first request for them.
+  mutable std::vector<uint16_t> bf16;
 };
 
 UpdateMode UpdateModeOf(const std::string& name) {
@@ -362,7 +365,7 @@ void Shard::HandleGet(const zmq::message_t& identity, const wire::GetParams& get
   ++stats_.gets;
   const std::string id(static_cast<const char*>(identity.data()), identity.size());
   if (auto pick = Pick(get)) {
-    Reply(id, pick);
+    Reply(id, pick, get.bfloat16());
     return;
   }
   // Nothing that new yet: hold the request and answer it when a put brings one, so an
@@ -376,7 +379,7 @@ void Shard::HandleGet(const zmq::message_t& identity, const wire::GetParams& get
   if (waiting_.size() < kMaxWaiting) {
     waiting_.push_back({id, get});
   } else {
-    Reply(id, nullptr);  // too many waiting: the client asks again
+    Reply(id, nullptr, false);  // too many waiting: the client asks again
   }
 }
 
@@ -384,7 +387,7 @@ void Shard::AnswerWaiting() {
   size_t kept = 0;
   for (size_t i = 0; i < waiting_.size(); ++i) {
     if (auto pick = Pick(waiting_[i].get)) {
-      Reply(waiting_[i].identity, pick);
+      Reply(waiting_[i].identity, pick, waiting_[i].get.bfloat16());
     } else {
       if (i != kept) waiting_[kept] = std::move(waiting_[i]);  // no self-move: it empties strings
       ++kept;
@@ -393,7 +396,7 @@ void Shard::AnswerWaiting() {
   waiting_.resize(kept);
 }
 
-void Shard::Reply(const std::string& identity, const std::shared_ptr<const Snapshot>& pick) {
+void Shard::Reply(const std::string& identity, const std::shared_ptr<const Snapshot>& pick, bool bfloat16) {
   wire::ParamsSlice reply;
   *reply.mutable_sender() = wire::MakeSender(wire::ROLE_PS, opt_.shard, opt_.incarnation);
   reply.set_shard(opt_.shard);
@@ -406,6 +409,7 @@ void Shard::Reply(const std::string& identity, const std::shared_ptr<const Snaps
   }
   reply.set_global_env_frames(global);
   if (pick) {
+    reply.set_bfloat16(bfloat16);
     reply.set_version(pick->version);
     reply.set_offset(offset_);
     reply.set_count(count_);
@@ -423,7 +427,17 @@ void Shard::Reply(const std::string& identity, const std::shared_ptr<const Snaps
   (void)socket_.send(head_msg, zmq::send_flags::sndmore);
   // Zero-copy: the message keeps the snapshot alive until ZeroMQ has sent it.
   auto* hold = new std::shared_ptr<const Snapshot>(pick);
-  zmq::message_t body(const_cast<float*>(pick->data.data()), pick->data.size() * sizeof(float),
+  void* bytes = const_cast<float*>(pick->data.data());
+  size_t size = pick->data.size() * sizeof(float);
+  if (bfloat16) {
+    if (pick->bf16.size() != pick->data.size()) {
+      pick->bf16.resize(pick->data.size());
+      for (size_t i = 0; i < pick->data.size(); ++i) pick->bf16[i] = wire::ToBfloat16(pick->data[i]);
+    }
+    bytes = pick->bf16.data();
+    size = pick->bf16.size() * sizeof(uint16_t);
+  }
+  zmq::message_t body(bytes, size,
                       [](void*, void* hint) { delete static_cast<std::shared_ptr<const Snapshot>*>(hint); },
                       hold);
   (void)socket_.send(body, zmq::send_flags::none);

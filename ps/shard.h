@@ -105,7 +105,7 @@ class Shard {
   std::shared_ptr<const Snapshot> Pick(const wire::GetParams& get) const;
   void AnswerWaiting();
   // Sends `pick` (or has_params = false when null) to the peer `identity`.
-  void Reply(const std::string& identity, const std::shared_ptr<const Snapshot>& pick);
+  void Reply(const std::string& identity, const std::shared_ptr<const Snapshot>& pick, bool bfloat16);
 
   struct Waiting {
     std::string identity;

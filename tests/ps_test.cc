@@ -2,6 +2,7 @@
 // never mixes shards of different versions.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <limits>
 
 #include <thread>
@@ -11,6 +12,7 @@
 #include "ps/placement.h"
 #include "ps/shard.h"
 #include "tests/in_process_shards.h"
+#include "wire/bfloat16.h"
 #include "wire/zmq_util.h"
 
 using namespace stampede;
@@ -274,4 +276,34 @@ TEST_CASE("placement: a whole version travels exactly through shards that hold s
   int64_t other_version = -1;
   CHECK_FALSE(other.WaitFirst(wrong, &other_version, std::chrono::seconds(1), nullptr));
   CHECK_THAT(other.layout_mismatch(), Catch::Contains("another ps.placement"));
+}
+
+TEST_CASE("ps: bfloat16 on the wire rounds to nearest even within 2^-8 and keeps NaN and infinities", "[ps][bfloat16]") {
+  // Hand-worked: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 (even: 1); 1 + 3 * 2^-8 ties
+  // to 1 + 2^-6 (even); 1 + 2^-8 + 2^-20 is above the tie.
+  CHECK(wire::FromBfloat16(wire::ToBfloat16(1.f + 0x1p-8f)) == 1.f);
+  CHECK(wire::FromBfloat16(wire::ToBfloat16(1.f + 3 * 0x1p-8f)) == 1.f + 0x1p-6f);
+  CHECK(wire::FromBfloat16(wire::ToBfloat16(1.f + 0x1p-8f + 0x1p-20f)) == 1.f + 0x1p-7f);
+  CHECK(wire::ToBfloat16(-2.f) == 0xc000);
+  CHECK(std::isinf(wire::FromBfloat16(wire::ToBfloat16(std::numeric_limits<float>::infinity()))));
+  CHECK(std::isnan(wire::FromBfloat16(wire::ToBfloat16(std::numeric_limits<float>::quiet_NaN()))));
+
+  // Through real shards: the fetched vector is the put one rounded, half the bytes.
+  const int64_t total = 777;
+  Fleet fleet(2);
+  ps::ParamsPublisher pub(fleet.ctx, fleet.Options(total, wire::ROLE_LEARNER));
+  auto o = fleet.Options(total, wire::ROLE_ACTOR);
+  o.bfloat16 = true;
+  ps::ParamsFetcher fetch(fleet.ctx, o);
+  std::vector<float> put(total);
+  for (int64_t i = 0; i < total; ++i) put[size_t(i)] = std::sin(float(i)) * float(1 + i);
+  REQUIRE(pub.PutAll(put, 0, nullptr));
+  std::vector<float> got(total);
+  int64_t version = -1;
+  REQUIRE(fetch.WaitFirst(got, &version, std::chrono::seconds(10), nullptr));
+  for (int64_t i = 0; i < total; ++i) {
+    INFO("element " << i);
+    CHECK(std::fabs(got[size_t(i)] - put[size_t(i)]) <= std::fabs(put[size_t(i)]) * 0x1p-8f);
+    CHECK(got[size_t(i)] == wire::FromBfloat16(wire::ToBfloat16(put[size_t(i)])));
+  }
 }

@@ -25,7 +25,7 @@ using Clock = std::chrono::steady_clock;
 
 // Seconds from the put of a version until all `clients` have assembled it (median of
 // `rounds` versions), with every client already holding the previous version.
-double Broadcast(int64_t floats, int shards, int clients, int rounds) {
+double Broadcast(int64_t floats, int shards, int clients, int rounds, bool bfloat16) {
   std::atomic<bool> stop{false};
   std::vector<std::unique_ptr<zmq::context_t>> shard_ctx;
   std::vector<std::unique_ptr<ps::Shard>> servers;
@@ -54,6 +54,7 @@ double Broadcast(int64_t floats, int shards, int clients, int rounds) {
     o.layout_fingerprint = 1;
     o.max_message_bytes = int64_t(floats) * 4 + (1 << 20);
     o.sender = wire::MakeSender(role, 0, 1);
+    o.bfloat16 = bfloat16 && role == wire::ROLE_ACTOR;
     return o;
   };
   zmq::context_t pub_ctx(1);
@@ -101,16 +102,20 @@ double Broadcast(int64_t floats, int shards, int clients, int rounds) {
 
 int RunBroadcastBench(const BenchOptions& opt) {
   const int clients = 16;
-  std::printf("stampede bench --broadcast: %d concurrent clients fetch one new whole version (float32), median of 5\n",
+  std::printf("stampede bench --broadcast: %d concurrent clients fetch one new whole version, median of 5 "
+              "(bfloat16: ps.wire_bfloat16, 2 bytes a parameter on the wire)\n",
               clients);
-  std::printf("%12s %7s %12s %14s %16s\n", "parameters", "shards", "seconds", "MB/s (total)", "per client MB/s");
+  std::printf("%12s %9s %7s %12s %14s %16s\n", "parameters", "wire", "shards", "seconds", "MB/s (total)",
+              "per client MB/s");
   for (int64_t floats : {int64_t(1) << 20, int64_t(10) << 20}) {
-    for (int shards : {1, 2, 4}) {
-      const double t = Broadcast(floats, shards, clients, 5);
-      const double mb = double(floats) * 4 / 1e6;
-      std::printf("%12lld %7d %12.4f %14.0f %16.0f\n", (long long)floats, shards, t, t > 0 ? clients * mb / t : 0,
-                  t > 0 ? mb / t : 0);
-      std::fflush(stdout);
+    for (bool bf16 : {false, true}) {
+      for (int shards : {1, 2, 4}) {
+        const double t = Broadcast(floats, shards, clients, 5, bf16);
+        const double mb = double(floats) * (bf16 ? 2 : 4) / 1e6;
+        std::printf("%12lld %9s %7d %12.4f %14.0f %16.0f\n", (long long)floats, bf16 ? "bfloat16" : "float32", shards,
+                    t, t > 0 ? clients * mb / t : 0, t > 0 ? mb / t : 0);
+        std::fflush(stdout);
+      }
     }
   }
   (void)opt;
