@@ -734,6 +734,7 @@ void Learner::Impl::TrainLoopSharded() {
   batch.Resize(T, B, shape);
   std::vector<UnrollRef> items;
   std::vector<int64_t> pushed;  // each shard's version our newest gradient was computed on
+  int64_t sync_wait_start = -1;  // trace: when the wait for the others' gradients began
   auto last_checkpoint = Clock::now();
   while (!stop.load()) {
     PollParams();
@@ -758,8 +759,14 @@ void Learner::Impl::TrainLoopSharded() {
       bool moved = true;
       for (size_t i = 0; i < pushed.size(); ++i) moved = moved && now_at[i] > pushed[i];
       if (!moved) {
+        if (sync_wait_start < 0 && wire::Trace::on()) sync_wait_start = wire::Trace::NowUs();
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         continue;
+      }
+      if (sync_wait_start >= 0) {
+        // The time this learner waited for the other replicas' gradients of its version.
+        wire::Trace::Complete("sync_wait", "learner", sync_wait_start, wire::Trace::NowUs() - sync_wait_start);
+        sync_wait_start = -1;
       }
     }
     if (!queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(5))) continue;
