@@ -313,7 +313,14 @@ void Shard::HandleCheckpoint(const zmq::message_t& identity, const wire::Checkpo
   done.set_sequence(req.sequence());
   done.set_shard(opt_.shard);
   done.set_file(ShardPartName(opt_.shard));
-  if (opt_.mode == UpdateMode::kRelay || versions_.empty() || opt_.checkpoint_root.empty() ||
+  auto finite = [](const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+  };
+  if (opt_.mode != UpdateMode::kRelay && !versions_.empty() && !(finite(current_) && finite(ms_) && finite(mom_))) {
+    // Never written: a restore would bring the NaN back.
+    done.set_error("the slice or its optimizer state holds a non-finite value; not written");
+    ++stats_.checkpoint_failures;
+  } else if (opt_.mode == UpdateMode::kRelay || versions_.empty() || opt_.checkpoint_root.empty() ||
       req.sequence() <= 0 || req.sequence() > 99999999) {
     done.set_error(opt_.mode == UpdateMode::kRelay ? "relay mode: the learner checkpoints"
                    : versions_.empty()             ? "no parameters yet"

@@ -538,13 +538,14 @@ TEST_CASE("fleet: 2 learners x 3 shards x 4 actors learn Catch in sync and in as
 }
 
 TEST_CASE("fleet: kill -9 of a shard and then of a learner mid-run: the run recovers and learns", "[fleet][learners]") {
-  for (const std::string mode : {"sync", "relay"}) {
+  for (const std::string mode : {"sync", "async", "relay"}) {
     SECTION(mode) {
       const std::string run_dir = FreshRunDir("recover_" + mode);
-      const bool sharded = mode == "sync";
+      const bool sharded = mode != "relay";
       std::vector<std::string> args = {"run", sharded ? "configs/catch_2learners.textproto" : "configs/catch.textproto",
                                        "--run-dir", run_dir, "--set", "stop.stop_at_target=false",
                                        "--set", "stop.total_env_frames=700000", "--set", "learner.checkpoint_interval_s=0.3"};
+      if (sharded) args.push_back("--set"), args.push_back("learner.update_mode=" + mode);
       Proc p = Start(args, run_dir + ".out");
       const std::string shard = sharded ? "ps 1" : "ps 0", learner = sharded ? "learner 1" : "learner 0";
       const int ps_pid = PidOnceTraining(run_dir, shard, 30);

@@ -21,6 +21,8 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <zmq.hpp>
@@ -49,20 +51,39 @@ using respawn_atom = caf::atom_constant<caf::atom("respawn")>;
 
 namespace {
 
-int FreeLoopbackPort() {
+// Binds a TCP socket to 127.0.0.1:`port` (0: any) and closes it; the port it got, or 0.
+int TryLoopbackPort(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(uint16_t(port));
   socklen_t len = sizeof(addr);
-  int port = 0;
+  int got = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
+    got = ntohs(addr.sin_port);
   }
   ::close(fd);
-  return port;
+  return got;
+}
+
+// A free loopback port outside the kernel's ephemeral range: a port from that range
+// can be taken, between this check and the process's bind, as the local port of any
+// outgoing connection (the run's own processes make dozens).
+int FreeLoopbackPort() {
+  static std::mt19937 rng(std::random_device{}());
+  static std::set<int> given;  // never the same port twice in one run
+  int lo = 32768, hi = 60999;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> lo >> hi;
+  const int from = lo > 12000 ? 10000 : hi + 1, to = lo > 12000 ? lo - 1 : 65535;
+  for (int attempt = 0; attempt < 500 && from < to; ++attempt) {
+    const int port = std::uniform_int_distribution<int>(from, to)(rng);
+    if (given.count(port) || TryLoopbackPort(port) != port) continue;
+    given.insert(port);
+    return port;
+  }
+  return TryLoopbackPort(0);
 }
 
 std::string Loopback() { return "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort()); }
