@@ -298,14 +298,23 @@ bool Learner::Start(std::string* error) {
   co.mixed_versions = m.ps_mode;
   co.bfloat16 = m.cfg.ps().wire_bfloat16();
   m.publisher = std::make_unique<ps::ParamsPublisher>(m.ctx, co);
-  if (m.ps_mode || m.restarted) m.fetcher = std::make_unique<ps::ParamsFetcher>(m.ctx, co);
+  if (m.ps_mode) m.fetcher = std::make_unique<ps::ParamsFetcher>(m.ctx, co);
   if (m.restarted && !m.ps_mode) {
-    // Never put a version at or below one the PS has served: continue above it, and
-    // continue the frame count the PS kept for this learner.
+    // Never put a version at or below one the PS has served: continue above the newest
+    // any shard holds (a shard restarted too holds none), and continue the frame count
+    // the PS kept for this learner. Each shard answers at once if it has anything.
+    ps::ClientOptions probe = co;
+    probe.mixed_versions = true;
+    m.fetcher = std::make_unique<ps::ParamsFetcher>(m.ctx, probe);
     std::vector<float> served(m.params.size());
-    int64_t ps_version = -1;
+    int64_t assembled = -1, ps_version = -1;
     const int64_t restored = version_.load();
-    if (m.fetcher->WaitFirst(served, &ps_version, std::chrono::seconds(3), &m.stop)) {
+    const auto deadline = Clock::now() + std::chrono::seconds(3);
+    while (!m.stop.load() && Clock::now() < deadline && !m.fetcher->Poll(served, &assembled)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    for (int64_t v : m.fetcher->newest_versions()) ps_version = std::max(ps_version, v);
+    if (ps_version >= 0) {
       version_ = std::max(version_.load(), ps_version + 1);
       steps_ = version_.load();
     }

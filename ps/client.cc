@@ -183,6 +183,12 @@ bool ParamsFetcher::PollMixed(std::span<float> params, int64_t* version) {
   return changed;
 }
 
+std::vector<int64_t> ParamsFetcher::newest_versions() const {
+  std::vector<int64_t> out;
+  for (const auto& s : shards_) out.push_back(s->version);
+  return out;
+}
+
 bool ParamsFetcher::PollFresh(std::span<float> params, int64_t* version, std::chrono::microseconds max_wait) {
   const auto deadline = Clock::now() + max_wait;
   bool got = Poll(params, version);

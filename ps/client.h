@@ -64,6 +64,9 @@ class ParamsFetcher {
   int64_t rejected_replies() const { return rejected_; }
   // Each shard's version of the parameters last copied out by Poll.
   const std::vector<int64_t>& shard_versions() const { return assembled_; }
+  // The newest version each shard has answered with so far (-1: none yet), whether or
+  // not a whole version could be assembled from them.
+  std::vector<int64_t> newest_versions() const;
   // The counters of shard 0's newest reply: each learner's frames and their sum (-1: none yet).
   int64_t global_env_frames() const { return global_frames_; }
   const std::vector<int64_t>& env_frames_by_learner() const { return frames_by_learner_; }
