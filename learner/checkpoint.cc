@@ -14,14 +14,7 @@ constexpr uint32_t kFormatVersion = 1;
 
 }  // namespace
 
-uint64_t CheckpointChecksum(const char* data, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= uint8_t(data[i]);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t CheckpointChecksum(const char* data, size_t n) { return wire::Fnv1a64(data, n); }
 
 namespace {
 

@@ -179,6 +179,11 @@ struct Learner::Impl {
   void ReceiveLoop();
   void TrainLoop();
   void TrainLoopSharded();
+  // A step whose loss or gradient was not finite.
+  void CountSkippedStep();
+  // A step's policy lag (against `trained_on`, the version its parameters were), loss
+  // and timing, for the status.
+  void RecordStep(const Batch& batch, int64_t trained_on, const LossStats& st, double norm, double lr, double seconds);
   void Accept(std::shared_ptr<wire::TrajectoryBatch> b);
   // A trajectory's task id names a task of the run and its actions are that task's.
   wire::DropReason CheckTask(const wire::TrajectoryBatch& b, std::string* detail) const;
@@ -609,13 +614,8 @@ void Learner::Impl::TrainLoop() {
       }
     }
     if (!std::isfinite(st.total) || !std::isfinite(norm)) {
-      // Never applied (the CUDA step leaves the parameters alone too): count it, say it
-      // once in a while, and go on with the next batch.
-      std::lock_guard lock(mu);
-      if (skipped_steps++ % 1000 == 0) {
-        std::fprintf(stderr, "learner: skipped a step with a non-finite loss or gradient (%lld so far)\n",
-                     (long long)skipped_steps);
-      }
+      // Never applied (the CUDA step leaves the parameters alone too).
+      CountSkippedStep();
       continue;
     }
     const int64_t version = ++self->version_;
@@ -624,23 +624,8 @@ void Learner::Impl::TrainLoop() {
       wire::TraceSpan span("publish", "learner");
       unpublished = !publisher->Put(params, version);
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    {
-      std::lock_guard lock(mu);
-      for (int b = 0; b < B; ++b) {
-        const int64_t lag = version - 1 - batch.policy_versions[b];
-        lag_sum += double(lag);
-        ++lag_count;
-        lag_max = std::max(lag_max, lag);
-        TaskStats& ts = tasks[size_t(batch.tasks[b])];
-        ts.lag_sum += double(lag);
-        ++ts.lag_count;
-      }
-      last_loss = st;
-      last_grad_norm = norm;
-      last_lr = lr;
-      train_seconds += seconds;
-    }
+    // The step trained on the parameters of the version before it.
+    RecordStep(batch, version - 1, st, norm, lr, std::chrono::duration<double>(Clock::now() - start).count());
     if (!checkpoint_path.empty() && lc.checkpoint_interval_s() > 0 &&
         Clock::now() - last_checkpoint > std::chrono::duration<double>(lc.checkpoint_interval_s())) {
       std::string error;
@@ -723,7 +708,7 @@ bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
       ckpt_sequence = 0;
       return false;
     }
-    m.parts.push_back({name, int64_t(text.size()), ps::Fnv1a64(text.data(), text.size())});
+    m.parts.push_back({name, int64_t(text.size()), wire::Fnv1a64(text.data(), text.size())});
   }
   ckpt_sequence = 0;
   if (!ps::WriteManifest(ckpt_dir, m, error)) return false;
@@ -792,11 +777,7 @@ void Learner::Impl::TrainLoopSharded() {
     const LossStats st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data());
     const double norm = ClipGlobalNorm(grad, lc.max_grad_norm());
     if (!std::isfinite(st.total) || !std::isfinite(norm)) {
-      std::lock_guard lock(mu);
-      if (skipped_steps++ % 1000 == 0) {
-        std::fprintf(stderr, "learner: skipped a step with a non-finite loss or gradient (%lld so far)\n",
-                     (long long)skipped_steps);
-      }
+      CountSkippedStep();  // never pushed
       continue;
     }
     pushed = fetcher->shard_versions();
@@ -806,23 +787,35 @@ void Learner::Impl::TrainLoopSharded() {
       if (!publisher->PushGradient(grad, pushed, lr, &stop)) break;
     }
     ++self->steps_;
-    const int64_t version = self->version_.load();
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    std::lock_guard lock(mu);
-    for (int b = 0; b < B; ++b) {
-      const int64_t lag = std::max<int64_t>(0, version - batch.policy_versions[b]);
-      lag_sum += double(lag);
-      ++lag_count;
-      lag_max = std::max(lag_max, lag);
-      TaskStats& ts = tasks[size_t(batch.tasks[b])];
-      ts.lag_sum += double(lag);
-      ++ts.lag_count;
-    }
-    last_loss = st;
-    last_grad_norm = norm;
-    last_lr = lr;
-    train_seconds += seconds;
+    RecordStep(batch, self->version_.load(), st, norm, lr, std::chrono::duration<double>(Clock::now() - start).count());
   }
+}
+
+void Learner::Impl::CountSkippedStep() {
+  // Counted, said once in a while; training goes on with the next batch.
+  std::lock_guard lock(mu);
+  if (skipped_steps++ % 1000 == 0) {
+    std::fprintf(stderr, "learner: skipped a step with a non-finite loss or gradient (%lld so far)\n",
+                 (long long)skipped_steps);
+  }
+}
+
+void Learner::Impl::RecordStep(const Batch& batch, int64_t trained_on, const LossStats& st, double norm, double lr,
+                               double seconds) {
+  std::lock_guard lock(mu);
+  for (int b = 0; b < batch.n(); ++b) {
+    const int64_t lag = std::max<int64_t>(0, trained_on - batch.policy_versions[size_t(b)]);
+    lag_sum += double(lag);
+    ++lag_count;
+    lag_max = std::max(lag_max, lag);
+    TaskStats& ts = tasks[size_t(batch.tasks[size_t(b)])];
+    ts.lag_sum += double(lag);
+    ++ts.lag_count;
+  }
+  last_loss = st;
+  last_grad_norm = norm;
+  last_lr = lr;
+  train_seconds += seconds;
 }
 
 bool Learner::Impl::SaveCheckpoint(std::string* error) {

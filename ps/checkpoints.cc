@@ -12,6 +12,7 @@
 namespace stampede::ps {
 
 namespace fs = std::filesystem;
+using wire::Fnv1a64;
 
 namespace {
 constexpr char kMagic[8] = {'S', 'T', 'P', 'S', 'H', 'R', 'D', '1'};
@@ -86,15 +87,6 @@ bool Verify(const std::string& dir, Manifest* m, std::string* error) {
   return true;
 }
 }  // namespace
-
-uint64_t Fnv1a64(const char* data, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= uint8_t(data[i]);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string SerializeShardPart(const ShardPart& p) {
   std::string out(kMagic, sizeof kMagic);

@@ -16,8 +16,6 @@
 
 namespace stampede::ps {
 
-uint64_t Fnv1a64(const char* data, size_t n);
-
 struct ShardPart {
   int32_t shard = 0, num_shards = 1;
   int64_t version = 0, offset = 0, count = 0, total_size = 0;

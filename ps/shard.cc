@@ -347,7 +347,7 @@ void Shard::HandleCheckpoint(const zmq::message_t& identity, const wire::Checkpo
     if (wire::WriteFileAtomically(dir + "/" + done.file(), bytes, &error)) {
       done.set_version(part.version);
       done.set_bytes(int64_t(bytes.size()));
-      done.set_checksum(Fnv1a64(bytes.data(), bytes.size()));
+      done.set_checksum(wire::Fnv1a64(bytes.data(), bytes.size()));
       ++stats_.checkpoint_parts;
     } else {
       done.set_error(error);

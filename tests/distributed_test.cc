@@ -221,7 +221,7 @@ void WriteCheckpoint(const std::string& root, int64_t seq, int64_t version) {
     const std::string bytes = ps::SerializeShardPart(Part(s, version, float(seq)));
     std::string error;
     REQUIRE(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes, &error));
-    m.parts.push_back({ps::ShardPartName(s), int64_t(bytes.size()), ps::Fnv1a64(bytes.data(), bytes.size())});
+    m.parts.push_back({ps::ShardPartName(s), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
   }
   std::string error;
   REQUIRE(ps::WriteManifest(dir, m, &error));
@@ -272,7 +272,7 @@ TEST_CASE("sharded checkpoint: without a manifest, truncated or NaN it is skippe
     const std::string bytes = ps::SerializeShardPart(bad);
     std::string error;
     REQUIRE(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(0), bytes, &error));
-    m.parts.push_back({ps::ShardPartName(0), int64_t(bytes.size()), ps::Fnv1a64(bytes.data(), bytes.size())});
+    m.parts.push_back({ps::ShardPartName(0), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
     REQUIRE(ps::WriteManifest(dir, m, &error));
   }
   ps::FoundCheckpoint found;

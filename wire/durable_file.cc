@@ -9,6 +9,15 @@
 
 namespace stampede::wire {
 
+uint64_t Fnv1a64(const char* data, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= uint8_t(data[i]);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
 bool WriteFileAtomically(const std::string& path, const std::string& bytes, std::string* error) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
