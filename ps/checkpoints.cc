@@ -5,6 +5,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "wire/durable_file.h"
@@ -248,6 +250,12 @@ int64_t NextCheckpointSequence(const std::string& root) {
 }
 
 void PruneCheckpoints(const std::string& root, int keep) {
+  // A checkpoint does not change once complete: each is read through once per process
+  // (the chief prunes on its training thread after every checkpoint, so only the new one
+  // is read there).
+  static std::mutex mu;
+  static std::set<std::string> verified;
+  std::lock_guard lock(mu);
   int intact = 0;
   for (const auto& [seq, dir] : Directories(root)) {
     // Once `keep` intact ones are counted, everything older goes. Before that, a damaged
@@ -255,11 +263,15 @@ void PruneCheckpoints(const std::string& root, int keep) {
     if (intact >= keep) {
       std::error_code ec;
       fs::remove_all(dir, ec);
+      verified.erase(dir);
       continue;
     }
     Manifest m;
     std::string error;
-    if (Verify(dir, &m, &error)) ++intact;
+    if (verified.count(dir) || Verify(dir, &m, &error)) {
+      verified.insert(dir);
+      ++intact;
+    }
   }
 }
 
