@@ -113,12 +113,12 @@ struct Learner::Impl {
   int index = 0;
   bool restarted = false;
   bool ps_mode = false;  // the shards own the optimizer (sync/async)
-  int64_t others_at_start = 0;
   // Sync/async chief: the sharded checkpoint in progress (0: none).
   int64_t ckpt_sequence = 0;
   std::string ckpt_dir;
   Clock::time_point ckpt_started;
   std::vector<wire::CheckpointDone> ckpt_done;
+  std::vector<bool> ckpt_asked;  // per shard: the request is queued to it
   std::vector<float> params, grad;
   std::unique_ptr<RmsProp> rms;
   std::unique_ptr<net::cuda::Trainer> gpu;  // learner.device "cuda:N": the step runs there
@@ -354,7 +354,6 @@ bool Learner::Start(std::string* error) {
     const auto& by_learner = m.fetcher->env_frames_by_learner();
     if (size_t(m.index) < by_learner.size()) frames_ = std::max(frames_.load(), by_learner[size_t(m.index)]);
     start_frames_ = frames_.load();
-    m.others_at_start = other_frames_.load();
     if (m.index == 0 && !m.checkpoint_path.empty()) m.StartShardedCheckpoint();
   } else if (!m.publisher->PutAll(m.params, version_.load(), &m.stop)) {
     *error = "learner: stopped before the first parameters reached the PS";
@@ -654,10 +653,11 @@ void Learner::Impl::StartShardedCheckpoint() {
   std::error_code ec;
   std::filesystem::create_directories(ckpt_dir, ec);
   ckpt_done.clear();
+  ckpt_asked.assign(size_t(cfg.ps().num_shards()), false);
   ckpt_started = Clock::now();
-  if (ec || !publisher->RequestCheckpoint(ckpt_sequence)) {
+  if (ec) {
     std::lock_guard lock(mu);
-    checkpoint_error = "cannot start checkpoint " + ckpt_dir + (ec ? ": " + ec.message() : ": a shard's queue is full");
+    checkpoint_error = "cannot start checkpoint " + ckpt_dir + ": " + ec.message();
     ++checkpoint_failures;
     ckpt_sequence = 0;
   }
@@ -665,6 +665,11 @@ void Learner::Impl::StartShardedCheckpoint() {
 
 bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
   if (ckpt_sequence == 0) return false;
+  // A shard whose queue is full now (gradients ahead of the request, or a shard being
+  // restarted) is asked again on the next call, until the 60 s below.
+  for (int s = 0; s < int(ckpt_asked.size()); ++s) {
+    if (!ckpt_asked[size_t(s)]) ckpt_asked[size_t(s)] = publisher->RequestCheckpoint(ckpt_sequence, s);
+  }
   std::vector<wire::CheckpointDone> done;
   publisher->PollCheckpointDone(&done);
   for (const auto& d : done) {

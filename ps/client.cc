@@ -87,7 +87,6 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
         continue;
       }
       if (i == 0) {
-        global_frames_ = reply.global_env_frames();
         frames_by_learner_.assign(reply.env_frames_by_learner().begin(), reply.env_frames_by_learner().end());
       }
       if (!reply.has_params()) continue;
@@ -274,15 +273,11 @@ bool ParamsPublisher::PushGradient(std::span<const float> grad, const std::vecto
   return true;
 }
 
-bool ParamsPublisher::RequestCheckpoint(int64_t sequence) {
-  bool all = true;
-  for (auto& socket : sockets_) {
-    wire::PsRequest req;
-    *req.mutable_sender() = opt_.sender;
-    req.mutable_checkpoint()->set_sequence(sequence);
-    all = wire::SendMessage(socket, req, {}) && all;
-  }
-  return all;
+bool ParamsPublisher::RequestCheckpoint(int64_t sequence, int shard) {
+  wire::PsRequest req;
+  *req.mutable_sender() = opt_.sender;
+  req.mutable_checkpoint()->set_sequence(sequence);
+  return wire::SendMessage(sockets_.at(size_t(shard)), req, {});
 }
 
 void ParamsPublisher::PollCheckpointDone(std::vector<wire::CheckpointDone>* done) {

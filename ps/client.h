@@ -67,8 +67,7 @@ class ParamsFetcher {
   // The newest version each shard has answered with so far (-1: none yet), whether or
   // not a whole version could be assembled from them.
   std::vector<int64_t> newest_versions() const;
-  // The counters of shard 0's newest reply: each learner's frames and their sum (-1: none yet).
-  int64_t global_env_frames() const { return global_frames_; }
+  // The counters of shard 0's newest reply: each learner's frames (empty: none yet).
   const std::vector<int64_t>& env_frames_by_learner() const { return frames_by_learner_; }
   // Non-empty once a shard has answered with another network's parameters (a layout
   // that can never fit): what differs.
@@ -84,7 +83,6 @@ class ParamsFetcher {
   int64_t rejected_ = 0;
   int64_t replies_ = 0;  // replies read, in all
   std::vector<int64_t> assembled_;
-  int64_t global_frames_ = -1;
   std::vector<int64_t> frames_by_learner_;
 };
 
@@ -106,8 +104,9 @@ class ParamsPublisher {
   // shard's parameters it was computed on. Retries a full queue until *stop.
   bool PushGradient(std::span<const float> grad, const std::vector<int64_t>& shard_versions, double learning_rate,
                     const std::atomic<bool>* stop);
-  // Asks every shard for its part of checkpoint `sequence` (in its RUN_DIR/checkpoints).
-  bool RequestCheckpoint(int64_t sequence);
+  // Asks `shard` for its part of checkpoint `sequence` (in its RUN_DIR/checkpoints);
+  // false if its queue is full now.
+  bool RequestCheckpoint(int64_t sequence, int shard);
   // Reads shards' answers to checkpoint requests (non-blocking); appends them to `done`.
   void PollCheckpointDone(std::vector<wire::CheckpointDone>* done);
 

@@ -121,16 +121,27 @@ void Shard::Handle(const std::vector<zmq::message_t>& parts) {
   } else if (req.has_push()) {
     HandlePush(req.push(), parts.size() == 3 ? &parts[2] : nullptr, wire::PeerIdentity(parts[1]));
   } else if (req.has_checkpoint()) {
-    if (opt_.curve != nullptr && wire::IdentityRole(wire::PeerIdentity(parts[1])) != "learner") {
-      Refuse(Refusal::kUnauthorisedPut, "a checkpoint request from a peer that is not a learner");
-      return;
-    }
-    HandleCheckpoint(parts[0], req.checkpoint());
+    if (FromLearner(wire::PeerIdentity(parts[1]), "checkpoint request")) HandleCheckpoint(parts[0], req.checkpoint());
   } else if (req.has_get()) {
     HandleGet(parts[0], req.get());
   } else {
     Refuse(Refusal::kUnparsable, "neither a put nor a get");
   }
+}
+
+namespace {
+bool AllFinite(const float* v, int64_t n) {
+  return std::all_of(v, v + n, [](float x) { return std::isfinite(x); });
+}
+}  // namespace
+
+bool Shard::FromLearner(const std::string& peer, const char* what) {
+  // Only with CURVE is the peer's role known; without it every peer is taken at its word.
+  if (opt_.curve == nullptr || wire::IdentityRole(peer) == "learner") return true;
+  Refuse(Refusal::kUnauthorisedPut, std::string("a ") + what + " from " +
+                                        (peer.empty() ? std::string("an unidentified peer") : peer) +
+                                        "; only learners may send one");
+  return false;
 }
 
 const char* Shard::CheckSlice(const wire::ParamsSlice& put, const zmq::message_t* data) const {
@@ -188,22 +199,13 @@ void Shard::Publish(int64_t version, const float* values) {
 
 void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, const std::string& peer) {
   wire::TraceSpan span("put", "ps");
-  if (opt_.curve != nullptr && wire::IdentityRole(peer) != "learner") {
-    Refuse(Refusal::kUnauthorisedPut, "a put from " + (peer.empty() ? std::string("an unidentified peer") : peer) +
-                                          "; only learners may put");
-    return;
-  }
+  if (!FromLearner(peer, "put")) return;
   const char* problem = CheckSlice(put, data);
   Refusal why = Refusal::kWrongLayout;
-  if (problem == nullptr) {
+  if (problem == nullptr && !AllFinite(static_cast<const float*>(data->data()), put.count())) {
     // Never serve non-finite parameters: actors would act on NaN.
-    const float* v = static_cast<const float*>(data->data());
-    for (int64_t i = 0; i < put.count() && problem == nullptr; ++i) {
-      if (!std::isfinite(v[i])) {
-        problem = "put holds a non-finite value (NaN or infinity)";
-        why = Refusal::kNonFinite;
-      }
-    }
+    problem = "put holds a non-finite value (NaN or infinity)";
+    why = Refusal::kNonFinite;
   }
   if (problem != nullptr) {
     Refuse(why, problem);
@@ -234,11 +236,7 @@ void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, 
 
 void Shard::HandlePush(const wire::PushGradient& push, const zmq::message_t* data, const std::string& peer) {
   wire::TraceSpan span("apply", "ps");
-  if (opt_.curve != nullptr && wire::IdentityRole(peer) != "learner") {
-    Refuse(Refusal::kUnauthorisedPut, "a gradient from " + (peer.empty() ? std::string("an unidentified peer") : peer) +
-                                          "; only learners may push");
-    return;
-  }
+  if (!FromLearner(peer, "gradient push")) return;
   if (opt_.mode == UpdateMode::kRelay) {
     Refuse(Refusal::kWrongMode, "a gradient push, but learner.update_mode is \"relay\" (the learner applies the optimizer)");
     return;
@@ -250,12 +248,10 @@ void Shard::HandlePush(const wire::PushGradient& push, const zmq::message_t* dat
     problem = "learning rate out of range [0, 10]";
   }
   Refusal why = Refusal::kWrongLayout;
-  const float* g = problem == nullptr ? static_cast<const float*>(data->data()) : nullptr;
-  for (int64_t i = 0; g != nullptr && i < count_ && problem == nullptr; ++i) {
-    if (!std::isfinite(g[i])) {
-      problem = "gradient holds a non-finite value (NaN or infinity)";
-      why = Refusal::kNonFinite;
-    }
+  const float* g = static_cast<const float*>(problem == nullptr ? data->data() : nullptr);
+  if (problem == nullptr && !AllFinite(g, count_)) {
+    problem = "gradient holds a non-finite value (NaN or infinity)";
+    why = Refusal::kNonFinite;
   }
   if (problem != nullptr) {
     Refuse(why, problem);
@@ -313,9 +309,7 @@ void Shard::HandleCheckpoint(const zmq::message_t& identity, const wire::Checkpo
   done.set_sequence(req.sequence());
   done.set_shard(opt_.shard);
   done.set_file(ShardPartName(opt_.shard));
-  auto finite = [](const std::vector<float>& v) {
-    return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-  };
+  auto finite = [](const std::vector<float>& v) { return AllFinite(v.data(), int64_t(v.size())); };
   if (opt_.mode != UpdateMode::kRelay && !versions_.empty() && !(finite(current_) && finite(ms_) && finite(mom_))) {
     // Never written: a restore would bring the NaN back.
     done.set_error("the slice or its optimizer state holds a non-finite value; not written");
@@ -409,12 +403,7 @@ void Shard::Reply(const std::string& identity, const std::shared_ptr<const Snaps
   reply.set_shard(opt_.shard);
   reply.set_num_shards(opt_.num_shards);
   reply.set_has_params(pick != nullptr);
-  int64_t global = 0;
-  for (int64_t f : learner_frames_) {
-    reply.add_env_frames_by_learner(f);
-    global += f;
-  }
-  reply.set_global_env_frames(global);
+  for (int64_t f : learner_frames_) reply.add_env_frames_by_learner(f);
   if (pick) {
     reply.set_bfloat16(bfloat16);
     reply.set_version(pick->version);

@@ -94,6 +94,8 @@ class Shard {
   void HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, const std::string& peer);
   void HandlePush(const wire::PushGradient& push, const zmq::message_t* data, const std::string& peer);
   void HandleCheckpoint(const zmq::message_t& identity, const wire::CheckpointRequest& req);
+  // True if `peer` may send a learner's request (`what`, for the refusal), else refuses it.
+  bool FromLearner(const std::string& peer, const char* what);
   // Null if `slice` (with its data frame) fits this shard, else why not.
   const char* CheckSlice(const wire::ParamsSlice& slice, const zmq::message_t* data) const;
   void CountFrames(const wire::ParamsSlice& slice);
