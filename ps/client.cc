@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "net/layout.h"
+#include "ps/fetch_state.h"
 #include "ps/placement.h"
 #include "wire/bfloat16.h"
 #include "wire/auth.h"
@@ -25,10 +26,7 @@ constexpr auto kRequestTimeout = std::chrono::milliseconds(250);
 
 struct ParamsFetcher::ShardState {
   zmq::socket_t socket;
-  bool outstanding = false;
-  Clock::time_point sent_at;
-  int64_t version = -1;  // version of `data`, -1: none
-  std::vector<float> data;
+  std::vector<float> data;  // the held slice (FetchState::held gives its version)
   ShardState(zmq::context_t& ctx) : socket(ctx, zmq::socket_type::dealer) {}
 };
 
@@ -45,7 +43,8 @@ void DefaultPlacement(ClientOptions* opt) {
 }
 }  // namespace
 
-ParamsFetcher::ParamsFetcher(zmq::context_t& ctx, ClientOptions opt) : opt_(std::move(opt)) {
+ParamsFetcher::ParamsFetcher(zmq::context_t& ctx, ClientOptions opt)
+    : opt_(std::move(opt)), state_(int(opt_.endpoints.size()), opt_.mixed_versions, kRequestTimeout) {
   DefaultPlacement(&opt_);
   for (const auto& ep : opt_.endpoints) {
     auto s = std::make_unique<ShardState>(ctx);
@@ -57,19 +56,27 @@ ParamsFetcher::ParamsFetcher(zmq::context_t& ctx, ClientOptions opt) : opt_(std:
 }
 ParamsFetcher::~ParamsFetcher() = default;
 
-void ParamsFetcher::Request(int shard, int64_t min_version, int64_t exact_version) {
-  ShardState& s = *shards_[shard];
+bool ParamsFetcher::Request(const FetchRequest& r) {
   wire::PsRequest req;
   *req.mutable_sender() = opt_.sender;
-  req.mutable_get()->set_min_version(min_version);
-  req.mutable_get()->set_exact_version(exact_version);
+  req.mutable_get()->set_min_version(r.min_version);
+  req.mutable_get()->set_exact_version(r.exact_version);
   req.mutable_get()->set_bfloat16(opt_.bfloat16);
   const std::string bytes = req.SerializeAsString();
   zmq::message_t msg(bytes.data(), bytes.size());
-  if (s.socket.send(msg, zmq::send_flags::dontwait)) {
-    s.outstanding = true;
-    s.sent_at = Clock::now();
+  return bool(shards_[size_t(r.shard)]->socket.send(msg, zmq::send_flags::dontwait));
+}
+
+void ParamsFetcher::SendDue(int64_t current) {
+  const auto now = Clock::now();
+  for (const FetchRequest& r : state_.Due(now, current)) {
+    if (Request(r)) state_.Sent(r.shard, now);
   }
+}
+
+void ParamsFetcher::Reset() {
+  state_.Reset();
+  ++resets_;
 }
 
 bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
@@ -78,7 +85,6 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
   for (int i = 0; i < S; ++i) {
     ShardState& s = *shards_[i];
     while (wire::RecvMultipart(s.socket, &parts, false)) {
-      s.outstanding = false;
       ++replies_;
       wire::ParamsSlice reply;
       if (parts.empty() || !wire::ParseFrame(parts[0], &reply) ||
@@ -89,7 +95,10 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
       if (i == 0) {
         frames_by_learner_.assign(reply.env_frames_by_learner().begin(), reply.env_frames_by_learner().end());
       }
-      if (!reply.has_params()) continue;
+      if (!reply.has_params()) {
+        state_.OnReply(i, false, 0, *version);
+        continue;
+      }
       const net::Slice mine{opt_.placement->Start(i), opt_.placement->Count(i)};
       if (reply.total_size() != opt_.total_size || reply.layout_fingerprint() != opt_.layout_fingerprint) {
         // Another network's parameters: they will never fit, so say so at once.
@@ -116,10 +125,10 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
           reply.layout_fingerprint() != opt_.layout_fingerprint || reply.offset() != mine.offset ||
           reply.count() != mine.count || parts[1].size() != size_t(mine.count) * element) {
         ++rejected_;
+        state_.OnReply(i, false, 0, *version);
         continue;
       }
-      if (reply.version() <= s.version || (!opt_.mixed_versions && reply.version() <= *version)) continue;
-      s.version = reply.version();
+      if (!state_.OnReply(i, true, reply.version(), *version)) continue;
       s.data.resize(mine.count);
       if (reply.bfloat16()) {
         const auto* h = static_cast<const uint16_t*>(parts[1].data());
@@ -129,62 +138,47 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
       }
     }
   }
-  if (opt_.mixed_versions) return PollMixed(params, version);
-  // The version to assemble: the newest any shard has given us.
-  int64_t target = -1;
-  for (const auto& s : shards_) target = std::max(target, s->version);
-  if (target > *version) {
-    bool complete = true;
-    for (const auto& s : shards_) complete = complete && s->version == target;
-    if (complete) {
-      for (int i = 0; i < S; ++i) opt_.placement->Scatter(i, shards_[i]->data.data(), params.data());
-      assembled_.assign(size_t(S), target);
-      *version = target;
-      return true;
-    }
-  }
-  const auto now = Clock::now();
+  const bool got = opt_.mixed_versions ? PollMixed(params, version) : PollRelay(params, version);
+  SendDue(*version);  // at once, so that the answers are in by the next Poll
+  return got;
+}
+
+bool ParamsFetcher::PollRelay(std::span<float> params, int64_t* version) {
+  const FetchState::Assembly a = state_.Take(Clock::now(), *version);
+  if (a.version < 0) return false;
+  const int S = int(shards_.size());
+  assembled_.resize(size_t(S));
   for (int i = 0; i < S; ++i) {
-    ShardState& s = *shards_[i];
-    if (s.outstanding && now - s.sent_at < kRequestTimeout) continue;
-    if (target > *version && s.version < target) {
-      Request(i, target, target);  // catch this shard up to the version others gave
-    } else {
-      Request(i, std::max(*version, target) + 1, 0);  // anything newer
-    }
+    opt_.placement->Scatter(i, shards_[i]->data.data(), params.data());
+    assembled_[size_t(i)] = state_.held(i);
   }
-  return false;
+  *version = a.version;
+  return true;
 }
 
 bool ParamsFetcher::PollMixed(std::span<float> params, int64_t* version) {
   const int S = int(shards_.size());
   assembled_.resize(size_t(S), -1);
   bool all = true, changed = false;
-  for (const auto& s : shards_) all = all && s->version >= 0;
+  for (int i = 0; i < S; ++i) all = all && state_.held(i) >= 0;
   if (all) {
-    int64_t oldest = shards_[0]->version;
+    int64_t oldest = state_.held(0);
     for (int i = 0; i < S; ++i) {
-      ShardState& s = *shards_[i];
-      oldest = std::min(oldest, s.version);
-      if (s.version == assembled_[size_t(i)]) continue;
-      opt_.placement->Scatter(i, s.data.data(), params.data());
-      assembled_[size_t(i)] = s.version;
+      const int64_t held = state_.held(i);
+      oldest = std::min(oldest, held);
+      if (held == assembled_[size_t(i)]) continue;
+      opt_.placement->Scatter(i, shards_[i]->data.data(), params.data());
+      assembled_[size_t(i)] = held;
       changed = true;
     }
     if (changed) *version = oldest;
-  }
-  const auto now = Clock::now();
-  for (int i = 0; i < S; ++i) {
-    ShardState& s = *shards_[i];
-    if (s.outstanding && now - s.sent_at < kRequestTimeout) continue;
-    Request(i, s.version + 1, 0);  // anything newer from this shard
   }
   return changed;
 }
 
 std::vector<int64_t> ParamsFetcher::newest_versions() const {
   std::vector<int64_t> out;
-  for (const auto& s : shards_) out.push_back(s->version);
+  for (int i = 0; i < state_.num_shards(); ++i) out.push_back(state_.held(i));
   return out;
 }
 

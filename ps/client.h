@@ -11,6 +11,7 @@
 
 #include <zmq.hpp>
 
+#include "ps/fetch_state.h"
 #include "wire/messages.pb.h"
 
 namespace stampede::wire {
@@ -44,8 +45,9 @@ struct ClientOptions {
 };
 
 // Assembles whole versions from all shards without ever blocking the caller: Poll()
-// sends what requests are due, reads what replies have arrived, and reports a new
-// version only when every shard's slice of that same version is in.
+// reads what replies have arrived, reports a new version only when every shard's slice
+// of that same version is in, and sends what requests are due (ps/fetch_state.h decides
+// which).
 class ParamsFetcher {
  public:
   ParamsFetcher(zmq::context_t& ctx, ClientOptions opt);
@@ -62,6 +64,17 @@ class ParamsFetcher {
   bool WaitFirst(std::span<float> params, int64_t* version, std::chrono::duration<double> timeout,
                  const std::atomic<bool>* stop);
   int64_t rejected_replies() const { return rejected_; }
+  // Forgets every held slice and request in flight and starts asking afresh (an actor
+  // whose parameters fell too far behind, actors.max_policy_lag). Keeps the caller's
+  // parameters and version.
+  void Reset();
+  int64_t resets() const { return resets_; }
+  // Relay: versions taken whole, and mixed assemblies (ps/fetch_state.h: the shards'
+  // newest slices when a whole version could not be caught up with).
+  int64_t whole_assemblies() const { return state_.whole_assemblies(); }
+  int64_t mixed_assemblies() const { return state_.mixed_assemblies(); }
+  // The newest version any shard has answered with (-1: none yet).
+  int64_t newest_heard() const { return state_.newest_heard(); }
   // Each shard's version of the parameters last copied out by Poll.
   const std::vector<int64_t>& shard_versions() const { return assembled_; }
   // The newest version each shard has answered with so far (-1: none yet), whether or
@@ -75,12 +88,17 @@ class ParamsFetcher {
 
  private:
   struct ShardState;
+  bool PollRelay(std::span<float> params, int64_t* version);
   bool PollMixed(std::span<float> params, int64_t* version);
+  // Sends what FetchState says is due; `current` is the caller's version.
+  void SendDue(int64_t current);
+  bool Request(const FetchRequest& r);  // false if the socket would block
   std::string mismatch_;
-  void Request(int shard, int64_t min_version, int64_t exact_version);
   ClientOptions opt_;
+  FetchState state_;
   std::vector<std::unique_ptr<ShardState>> shards_;
   int64_t rejected_ = 0;
+  int64_t resets_ = 0;
   int64_t replies_ = 0;  // replies read, in all
   std::vector<int64_t> assembled_;
   std::vector<int64_t> frames_by_learner_;
