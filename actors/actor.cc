@@ -313,6 +313,7 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
       return 3;
     }
   }
+  const int64_t max_lag = cfg.actors().max_policy_lag();
   wire::TrajectoryBatch batch;
   *batch.meta.mutable_sender() = sender;
   double send_wait = 0, total_wait = 0;
@@ -348,6 +349,20 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     {
       wire::TraceSpan fetch_span("fetch_params", "actor");
       fetcher.Poll(params, &version);  // refresh only between unrolls, never waiting
+      // Relay: a fetcher that has heard of versions far newer than the one it holds has
+      // failed to assemble them; start it afresh (mixed fetchers take every new slice).
+      const int64_t heard = fetcher.newest_heard();
+      if (max_lag > 0 && !co.mixed_versions && heard - version >= max_lag) {
+        if (fetcher.resets() == 0) {
+          std::fprintf(stderr,
+                       "actor %d: its parameters (version %lld) are %lld versions behind the newest the PS has "
+                       "answered it with (%lld): fetcher reset (actors.max_policy_lag = %lld); further resets are "
+                       "counted in its status, not logged\n",
+                       task_index, (long long)version, (long long)(heard - version), (long long)heard,
+                       (long long)max_lag);
+        }
+        fetcher.Reset();
+      }
     }
     // Frames are reported often: the coordinator bounds the learner's frame count by
     // twice the actors' own counts, and an actor that dies takes its unreported frames
@@ -357,6 +372,9 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     if ((sends & (sends - 1)) == 0 || Clock::now() - last_report > std::chrono::milliseconds(100)) {
       status.set_actor_send_wait_s(total_wait);
       status.set_actor_policy_version(version);
+      status.set_actor_newest_heard_version(fetcher.newest_heard());
+      status.set_actor_fetcher_resets(fetcher.resets());
+      status.set_actor_mixed_assemblies(fetcher.mixed_assemblies());
       report("acting");
       last_report = Clock::now();
     }

@@ -151,6 +151,12 @@ struct Learner::Impl {
   int64_t frames_to_target = -1;
   double lag_sum = 0;
   int64_t lag_count = 0, lag_max = 0;
+  // Per actor: its trajectories' policy versions and lags on arrival (the status's actor_lags).
+  struct ActorArrivals {
+    int64_t version = -1, lag = 0, lag_max = 0, count = 0, total = 0;
+    double lag_sum = 0;
+  };
+  std::map<int, ActorArrivals> actor_arrivals;
   LossStats last_loss;
   double last_grad_norm = 0, last_lr = 0, train_seconds = 0, receive_wait_s = 0;
   int64_t skipped_steps = 0;  // non-finite loss or gradient: not applied
@@ -187,6 +193,8 @@ struct Learner::Impl {
   void Accept(std::shared_ptr<wire::TrajectoryBatch> b);
   // A trajectory's task id names a task of the run and its actions are that task's.
   wire::DropReason CheckTask(const wire::TrajectoryBatch& b, std::string* detail) const;
+  // Records the trajectory's policy lag for its actor; kStale past learner.max_policy_lag.
+  wire::DropReason CheckLag(const wire::TrajectoryBatch& b, std::string* detail);
   void Drop(const std::vector<zmq::message_t>& parts, wire::DropReason reason,
             const std::string& detail);
   void Assemble(const std::vector<UnrollRef>& items, Batch* batch) const;
@@ -421,6 +429,7 @@ void Learner::Impl::ReceiveLoop() {
       std::string detail;
       wire::DropReason reason = wire::DecodeTrajectory(parts, expect, b.get(), &detail);
       if (reason == wire::DropReason::kNone) reason = CheckTask(*b, &detail);
+      if (reason == wire::DropReason::kNone) reason = CheckLag(*b, &detail);
       if (reason != wire::DropReason::kNone) {
         Drop(parts, reason, detail);
         continue;
@@ -428,6 +437,29 @@ void Learner::Impl::ReceiveLoop() {
       Accept(std::move(b));
     }
   }
+}
+
+wire::DropReason Learner::Impl::CheckLag(const wire::TrajectoryBatch& b, std::string* detail) {
+  const int64_t learner_version = self->version_.load();
+  const int64_t version = b.meta.policy_version();
+  const int64_t lag = std::max<int64_t>(0, learner_version - version);
+  const int actor = b.meta.sender().task_index();
+  if (actor >= 0 && actor < cfg.actors().num_actors()) {
+    std::lock_guard lock(mu);
+    ActorArrivals& a = actor_arrivals[actor];
+    a.version = version;
+    a.lag = lag;
+    a.lag_max = std::max(a.lag_max, lag);
+    a.lag_sum += double(lag);
+    ++a.count;
+    ++a.total;
+  }
+  const int64_t bound = cfg.learner().max_policy_lag();
+  if (bound <= 0 || lag <= bound) return wire::DropReason::kNone;
+  *detail = "its policy version " + std::to_string(version) + " is " + std::to_string(lag) +
+            " versions older than the learner's " + std::to_string(learner_version) +
+            " (learner.max_policy_lag = " + std::to_string(bound) + ")";
+  return wire::DropReason::kStale;
 }
 
 void Learner::Impl::Drop(const std::vector<zmq::message_t>& parts, wire::DropReason reason,
@@ -910,6 +942,19 @@ void Learner::FillStatus(wire::Status* s) {
   m.lag_sum = 0;
   m.lag_count = 0;
   m.lag_max = 0;
+  s->clear_actor_lags();
+  for (auto& [actor, a] : m.actor_arrivals) {
+    wire::ActorLag* out = s->add_actor_lags();
+    out->set_actor(actor);
+    out->set_policy_version(a.version);
+    out->set_lag(a.lag);
+    out->set_lag_mean(a.count ? a.lag_sum / double(a.count) : 0);
+    out->set_lag_max(a.lag_max);
+    out->set_trajectories(a.total);
+    a.lag_sum = 0;
+    a.lag_max = 0;
+    a.count = 0;
+  }
   s->set_pg_loss(m.last_loss.pg_loss);
   s->set_baseline_loss(m.last_loss.baseline_loss);
   s->set_entropy(m.last_loss.entropy);

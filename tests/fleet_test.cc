@@ -169,6 +169,31 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
     progress_rows += r.contains("mean_return_100") && !r.contains("event");
   }
   CHECK(progress_rows >= 1);
+  // Per actor, in every progress row after the first trajectories and in the summary:
+  // its version, heard-of version and lag, none frozen, none reset, nothing stale.
+  const json& last = [&]() -> const json& {
+    for (auto r = rows.rbegin(); r != rows.rend(); ++r) {
+      if (r->contains("actors") && !r->contains("event")) return *r;
+    }
+    return rows.back();
+  }();
+  REQUIRE(last.contains("actors"));
+  CHECK(last["actors"].size() == 2);
+  for (const auto& [index, a] : summary["actors"].items()) {
+    INFO("actor " << index << ": " << a.dump());
+    CHECK(a["policy_version"].get<long long>() > 0);
+    CHECK(a["lag"].get<long long>() >= 0);
+    CHECK(a["lag_max"].get<long long>() < 50);
+    CHECK(a["fetcher_resets"].get<long long>() == 0);
+    CHECK(a["trajectories"].get<long long>() > 100);
+    // Within a few versions of the learner's last step.
+    CHECK(summary["learner_steps"].get<long long>() - a["policy_version"].get<long long>() < 50);
+  }
+  CHECK(summary["actors"].size() == 2);
+  CHECK(last["worst_actor_lag"].get<long long>() >= 0);
+  CHECK(last.value("dropped_trajectories", 0) == 0);
+  CHECK_THAT(Slurp(p.output_path), Catch::Contains("(worst actor "));
+  for (const auto& r : rows) CHECK(r.value("event", "") != "actor_params_stale");
   CHECK(fs::exists(run_dir + "/checkpoint.bin"));
   CheckNoneLeft(spawned);
 
@@ -194,6 +219,37 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
   Proc again = Start({"run", "configs/catch.textproto", "--run-dir", run_dir}, run_dir + ".again.out");
   CHECK(Wait(again, std::chrono::seconds(20)) == 2);
   CHECK_THAT(Slurp(again.output_path), Catch::Contains("already holds a run"));
+}
+
+TEST_CASE("fleet: tight policy-lag bounds drop stale trajectories and reset fetchers, counted and said once", "[fleet]") {
+  // Bounds that a healthy run here crosses all the time (learner 2, actor 1): the learner
+  // drops what is older by reason "stale", each actor resets its fetcher and says so
+  // once, and the run still learns and ends well.
+  const std::string run_dir = FreshRunDir("lag_bounds");
+  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set", "learner.max_policy_lag=2", "--set",
+                  "actors.max_policy_lag=1", "--set", "stop.total_env_frames=300000"},
+                 run_dir + ".out");
+  const int code = Wait(p, std::chrono::seconds(110));
+  INFO(Slurp(p.output_path));
+  REQUIRE(code == 0);
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  CHECK(summary["mean_return_100"].get<double>() >= 0.8);
+  int64_t stale = 0;
+  for (const auto& r : Metrics(run_dir)) {
+    if (r.contains("dropped_by_reason")) stale = r["dropped_by_reason"].value("stale", int64_t(0));
+  }
+  CHECK(stale > 0);
+  for (int a = 0; a < 2; ++a) {
+    const json& view = summary["actors"][std::to_string(a)];
+    INFO("actor " << a << ": " << view.dump());
+    CHECK(view["fetcher_resets"].get<long long>() > 0);
+    const std::string log = Slurp(run_dir + "/logs/actor-" + std::to_string(a) + ".log");
+    size_t said = 0;
+    for (size_t at = log.find("fetcher reset"); at != std::string::npos; at = log.find("fetcher reset", at + 1)) ++said;
+    CHECK(said == 1);
+    CHECK_THAT(log, Catch::Contains("actors.max_policy_lag = 1"));
+  }
+  CHECK_THAT(Slurp(run_dir + "/logs/learner-0.log"), Catch::Contains("(stale)") && Catch::Contains("learner.max_policy_lag = 2"));
 }
 
 TEST_CASE("fleet: one agent learns Catch and CartPole together, each past its own target", "[fleet][suite]") {

@@ -29,6 +29,7 @@
 
 #include "learner/checkpoint.h"
 #include "ps/checkpoints.h"
+#include "tools/actor_watch.h"
 #include "tools/signals.h"
 #include "wire/config.h"
 #include "wire/auth.h"
@@ -207,6 +208,8 @@ struct SupervisorState {
   std::vector<int64_t> task_reached;
   int progress_rows = 0;
   wire::TensorBoardWriter tb;  // RUN_DIR/tb
+  // Per actor: its policy version, lag and fetcher counters (tools/actor_watch.h).
+  ActorWatch actors{0};
 };
 
 using Supervisor = caf::stateful_actor<SupervisorState>;
@@ -278,6 +281,29 @@ pid_t Spawn(SupervisorState& st, wire::Role role, int index, int restarts = 0) {
 }
 
 void Progress(SupervisorState& st, Clock::time_point now);
+
+// Per actor ("0", "1", ...): its policy version, the newest version its fetcher heard of,
+// its trajectories' lag on arrival (newest, mean and largest since the last row; in the
+// summary the largest over the run), fetcher resets and mixed assemblies.
+nlohmann::json ActorsJson(const ActorWatch& watch, bool summary) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [index, a] : watch.actors()) {
+    nlohmann::json one = {{"policy_version", a.version},
+                          {"newest_heard_version", a.heard},
+                          {"lag", a.lag},
+                          {"fetcher_resets", a.fetcher_resets},
+                          {"mixed_assemblies", a.mixed_assemblies},
+                          {"trajectories", a.trajectories}};
+    if (summary) {
+      one["lag_max"] = a.lag_max_run;
+    } else {
+      one["lag_mean"] = a.lag_mean;
+      one["lag_max"] = a.lag_max;
+    }
+    j[std::to_string(index)] = one;
+  }
+  return j;
+}
 
 // A target as the config gave it (0.85, not 0.8 or 0.850000).
 std::string FormatTarget(double v) {
@@ -475,6 +501,7 @@ void Finish(Supervisor* self) {
   if (st.implausible_statuses > 0) summary["implausible_statuses"] = st.implausible_statuses;
   if (!st.refused.empty() || (st.zap && st.zap->rejected() > 0)) summary["refused"] = RefusedJson(st);
   summary["tasks"] = TasksJson(st);
+  summary["actors"] = ActorsJson(st.actors, true);
   if (st.cfg.learner().num_learners() > 1 || ShardsOwnOptimizer(st.cfg)) {
     summary["learners"] = LearnersJson(st);
     summary["ps"] = PsJson(st);
@@ -619,6 +646,11 @@ void OnStatus(Supervisor* self, const std::string& bytes, const std::string& pee
   }
   if (s.sender().role() == wire::ROLE_ACTOR) {
     st.actor_stats[pid_t(s.pid())] = {s.actor_frames(), s.actor_send_wait_s()};
+    const int a = s.sender().task_index();
+    if (a >= 0 && a < st.cfg.actors().num_actors()) {
+      st.actors.OnActorStatus(a, s.actor_policy_version(), s.actor_newest_heard_version(), s.actor_fetcher_resets(),
+                              s.actor_mixed_assemblies(), Clock::now());
+    }
     const auto now = Clock::now();
     const double dt = std::chrono::duration<double>(now - st.prev_actor_time).count();
     if (dt >= 0.5) {
@@ -793,7 +825,12 @@ void ApplyLearnerStatus(Supervisor* self, const wire::Status& one) {
     st.last_frames += one.start_env_frames();
   }
   st.learners[one.sender().task_index()] = one;
+  for (const auto& a : one.actor_lags()) {
+    if (a.actor() < 0 || a.actor() >= st.cfg.actors().num_actors()) continue;
+    st.actors.OnLearnerActorLag(a.actor(), a.policy_version(), a.lag(), a.lag_mean(), a.lag_max(), a.trajectories());
+  }
   const wire::Status s = MergeLearners(st);
+  st.actors.OnLearnerVersion(s.policy_version());
   if (s.skipped_steps() > st.learner.skipped_steps()) {
     // A step with a non-finite loss or gradient was not applied (learner/learner.cc).
     Event(st, "skipped_steps", {{"skipped_steps", s.skipped_steps()},
@@ -949,11 +986,16 @@ void Progress(SupervisorState& st, Clock::time_point now) {
     // A suite's line shows the normalised mean (its returns have different scales).
     std::string score = suite ? (std::isnan(norm_mean) ? "" : "norm.score " + FormatTarget(std::round(norm_mean * 100) / 100) + " | ")
                               : "return(100) " + ReturnText(s.mean_return_100(), s.returns_counted()) + " | ";
+    // The worst actor's lag: one frozen actor among many hides in the mean.
+    std::string worst;
+    if (st.actors.worst_actor() >= 0) {
+      worst = " (worst actor " + std::to_string(st.actors.worst_actor()) + ": " + std::to_string(st.actors.worst_lag()) + ")";
+    }
     std::printf("[%7.1fs] frames %s (%s/s) | episodes %lld | %ssteps %lld | "
-                "lag %.1f/%lld | queue %d | dropped %lld | actors %d\n",
+                "lag %.1f/%lld%s | queue %d | dropped %lld | actors %d\n",
                 elapsed, Human(double(s.env_frames())).c_str(), Human(fps).c_str(),
                 (long long)s.episodes(), score.c_str(), (long long)s.learner_steps(),
-                lag_mean, (long long)st.lag_max_acc, s.queue_depth(),
+                lag_mean, (long long)st.lag_max_acc, worst.c_str(), s.queue_depth(),
                 (long long)s.dropped_trajectories(), actors_alive);
     const int every = st.cfg.suite().task_lines_every();
     if (suite && every > 0 && st.progress_rows % every == 0) {
@@ -1004,6 +1046,8 @@ void Progress(SupervisorState& st, Clock::time_point now) {
     row["dropped_by_reason"] = by_reason;
   }
   row["tasks"] = TasksJson(st);
+  row["actors"] = ActorsJson(st.actors, false);
+  row["worst_actor_lag"] = st.actors.worst_lag();
   if (st.cfg.learner().num_learners() > 1 || ShardsOwnOptimizer(st.cfg)) row["learners"] = LearnersJson(st);
   if (ShardsOwnOptimizer(st.cfg)) row["ps"] = PsJson(st);
   if (st.role_restarts > 0) row["restarts"] = st.role_restarts;
@@ -1051,6 +1095,7 @@ void Progress(SupervisorState& st, Clock::time_point now) {
   st.lag_mean_acc = 0;
   st.lag_mean_n = 0;
   st.lag_max_acc = 0;
+  st.actors.EndRow();
 }
 
 // The watchdog: true when the learner's step count has not moved for
@@ -1167,6 +1212,11 @@ void OnTick(Supervisor* self) {
   }
   if (now - st.last_tick >= std::chrono::duration<double>(st.cfg.coordinator().progress_interval_s())) {
     Progress(st, now);
+  }
+  for (const ActorFinding& f : st.actors.Check(now)) {
+    std::fprintf(stderr, "stampede: WARNING: %s\n", f.message.c_str());
+    Event(st, f.event, {{"actor", f.actor}, {"policy_version", f.version}, {"lag", f.lag},
+                        {"unchanged_s", f.unchanged_s}, {"message", f.message}});
   }
   CheckPendingLearnerStatus(self);
   if (Stalled(st, now)) {
@@ -1481,6 +1531,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     auto sup = sys.spawn([&](Supervisor* self) {
       auto& st = self->state;
       st.cfg = cfg;
+      st.actors = ActorWatch(cfg.actors().max_params_age_s());
       st.opt = opt;
       st.self_exe = SelfExe();
       st.config_path = config_path;

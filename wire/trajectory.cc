@@ -100,6 +100,7 @@ const char* DropReasonName(DropReason reason) {
     case DropReason::kBadAction: return "bad_action";
     case DropReason::kFutureVersion: return "future_version";
     case DropReason::kOutOfRange: return "out_of_range";
+    case DropReason::kStale: return "stale";
     default: return "unknown";
   }
 }

@@ -62,6 +62,7 @@ enum class DropReason {
   kBadAction,       // action outside [0, num_actions)
   kFutureVersion,   // policy version newer than the learner's
   kOutOfRange,      // an observation or reward beyond wire.max_abs_*, an impossible episode record
+  kStale,           // policy older than learner.max_policy_lag versions (the learner checks this)
   kCount
 };
 const char* DropReasonName(DropReason reason);
