@@ -106,6 +106,13 @@ TEST_CASE("config: an out-of-range value names the place, the field and the rang
   CHECK_THAT(LoadError(path3), Catch::Contains(":1:7: net.activation"));
   const auto path4 = WriteTemp("range4", "learner { batch_size: 64 queue_capacity: 10 }\n");
   CHECK_THAT(LoadError(path4), Catch::Contains("learner.queue_capacity"));
+  // The policy-lag bounds: whole non-negative numbers of versions, seconds >= 0.
+  const auto path5 = WriteTemp("range5", "actors {\n  max_policy_lag: -1\n}\n");
+  CHECK_THAT(LoadError(path5), Catch::Contains(":2:3: actors.max_policy_lag: -1 is out of range"));
+  const auto path6 = WriteTemp("range6", "learner { max_policy_lag: -5 }\n");
+  CHECK_THAT(LoadError(path6), Catch::Contains(":1:11: learner.max_policy_lag: -5 is out of range"));
+  const auto path7 = WriteTemp("range7", "actors { max_params_age_s: -0.5 }\n");
+  CHECK_THAT(LoadError(path7), Catch::Contains(":1:10: actors.max_params_age_s: -0.5 is out of range"));
 }
 
 TEST_CASE("config: --set overrides fields, and a bad override is refused", "[config]") {
