@@ -33,12 +33,28 @@ TEST_CASE("actor watch: an actor whose version stays while the learner moves is 
   CHECK(w.Check(t0 + seconds(40)).empty());  // said once
   // It recovers, then freezes again: said again after another 30 s.
   w.OnActorStatus(0, 131, 131, 0, 0, t0 + seconds(41));
-  w.OnActorStatus(1, 131, 131, 1, 0, t0 + seconds(41));
+  w.OnActorStatus(1, 131, 131, 0, 0, t0 + seconds(41));
   w.OnLearnerVersion(140);
   CHECK(w.Check(t0 + seconds(70)).empty());
   const auto again = w.Check(t0 + seconds(71));
   REQUIRE(again.size() == 2);  // both actors now sit still while the learner moved
-  CHECK(w.actors().at(1).fetcher_resets == 1);
+  CHECK(again[0].event == "actor_params_stale");
+  CHECK(again[1].event == "actor_params_stale");
+}
+
+TEST_CASE("actor watch: an actor's first fetcher reset is said once, later ones are counted", "[coordinator][actors]") {
+  ActorWatch w(0);
+  const auto t0 = Clock::now();
+  w.OnActorStatus(0, 10, 10, 0, 0, t0);
+  CHECK(w.Check(t0).empty());
+  w.OnActorStatus(0, 10, 70, 1, 0, t0);
+  const auto found = w.Check(t0);
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].event == "actor_fetcher_reset");
+  CHECK(found[0].lag == 60);
+  w.OnActorStatus(0, 80, 80, 5, 0, t0);
+  CHECK(w.Check(t0).empty());
+  CHECK(w.actors().at(0).fetcher_resets == 5);
 }
 
 TEST_CASE("actor watch: a version that stays while the learner stays too is not stale", "[coordinator][actors]") {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -235,10 +236,13 @@ TEST_CASE("fleet: tight policy-lag bounds drop stale trajectories and reset fetc
   const json summary = json::parse(Slurp(run_dir + "/summary.json"));
   CHECK(summary["mean_return_100"].get<double>() >= 0.8);
   int64_t stale = 0;
+  std::set<int> reset_events;
   for (const auto& r : Metrics(run_dir)) {
     if (r.contains("dropped_by_reason")) stale = r["dropped_by_reason"].value("stale", int64_t(0));
+    if (r.value("event", "") == "actor_fetcher_reset") reset_events.insert(r["actor"].get<int>());
   }
   CHECK(stale > 0);
+  CHECK(reset_events == std::set<int>{0, 1});  // one event per actor, from the coordinator
   for (int a = 0; a < 2; ++a) {
     const json& view = summary["actors"][std::to_string(a)];
     INFO("actor " << a << ": " << view.dump());

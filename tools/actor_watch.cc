@@ -39,6 +39,14 @@ std::vector<ActorFinding> ActorWatch::Check(Clock::time_point now) {
   char buf[400];
   for (auto& [index, a] : actors_) {
     if (a.version < 0) continue;  // still waiting for its first parameters
+    if (a.fetcher_resets > 0 && !a.warned_reset) {
+      a.warned_reset = true;
+      std::snprintf(buf, sizeof buf,
+                    "actor %d reset its parameter fetcher (its version %lld was actors.max_policy_lag behind the "
+                    "newest the PS had answered it with, %lld); %lld reset(s) so far, later ones are only counted",
+                    index, (long long)a.version, (long long)a.heard, (long long)a.fetcher_resets);
+      out.push_back({"actor_fetcher_reset", index, a.version, a.heard - a.version, 0, buf});
+    }
     const double unchanged = std::chrono::duration<double>(now - a.moved).count();
     if (max_age_s_ > 0 && unchanged >= max_age_s_ && learner_version_ > a.learner_version_when_moved &&
         !a.warned_stale) {

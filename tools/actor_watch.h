@@ -30,11 +30,11 @@ struct ActorView {
   // When `version` last changed, and the learner's version then.
   std::chrono::steady_clock::time_point moved;
   int64_t learner_version_when_moved = -1;
-  bool warned_stale = false, warned_far = false;
+  bool warned_stale = false, warned_far = false, warned_reset = false;
 };
 
 struct ActorFinding {
-  std::string event;  // "actor_params_stale" or "actor_lag_far_behind"
+  std::string event;  // "actor_params_stale", "actor_lag_far_behind" or "actor_fetcher_reset"
   int actor = 0;
   int64_t version = 0, lag = 0;
   double unchanged_s = 0;
@@ -56,6 +56,8 @@ class ActorWatch {
 
   // What went wrong since the last call, each actor and kind said once until it recovers.
   // Far behind: an actor's lag exceeds 4 x the median of the other actors' lags + 10.
+  // An actor's first fetcher reset (actors.max_policy_lag) is said once; later ones are
+  // only counted.
   std::vector<ActorFinding> Check(Clock::time_point now);
 
   // The actor with the largest lag since the last row (or newest lag; -1: none known),

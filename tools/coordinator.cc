@@ -1069,6 +1069,7 @@ void Progress(SupervisorState& st, Clock::time_point now) {
         {"learner/learning_rate", s.learning_rate()},
         {"policy_lag/mean", lag_mean},
         {"policy_lag/max", double(st.lag_max_acc)},
+        {"policy_lag/worst_actor", double(st.actors.worst_lag())},
         {"queue/depth", double(s.queue_depth())},
         {"queue/learner_receive_wait_s", s.receive_wait_s()},
         {"queue/actor_send_wait_s", actor_wait},
