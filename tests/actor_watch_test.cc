@@ -70,7 +70,7 @@ TEST_CASE("actor watch: a version that stays while the learner stays too is not 
   CHECK(off.Check(t0 + seconds(3600)).empty());  // actors.max_params_age_s 0: never
 }
 
-TEST_CASE("actor watch: one actor far behind the others is found; lags are weighted and the worst is the row's largest",
+TEST_CASE("actor watch: one actor far behind the others is found, lags are weighted and the worst is the row largest",
           "[coordinator][actors]") {
   ActorWatch w(0);
   const auto t0 = Clock::now();
