@@ -184,11 +184,11 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
     INFO("actor " << index << ": " << a.dump());
     CHECK(a["policy_version"].get<long long>() > 0);
     CHECK(a["lag"].get<long long>() >= 0);
-    CHECK(a["lag_max"].get<long long>() < 50);
+    CHECK(a["lag_max"].get<long long>() < 100);  // about 20 here; 1000 is the stale bound
     CHECK(a["fetcher_resets"].get<long long>() == 0);
     CHECK(a["trajectories"].get<long long>() > 100);
-    // Within a few versions of the learner's last step.
-    CHECK(summary["learner_steps"].get<long long>() - a["policy_version"].get<long long>() < 50);
+    // Close to the learner's last step.
+    CHECK(summary["learner_steps"].get<long long>() - a["policy_version"].get<long long>() < 100);
   }
   CHECK(summary["actors"].size() == 2);
   CHECK(last["worst_actor_lag"].get<long long>() >= 0);
