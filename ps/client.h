@@ -69,9 +69,8 @@ class ParamsFetcher {
   // parameters and version.
   void Reset();
   int64_t resets() const { return resets_; }
-  // Relay: versions taken whole, and mixed assemblies (ps/fetch_state.h: the shards'
-  // newest slices when a whole version could not be caught up with).
-  int64_t whole_assemblies() const { return state_.whole_assemblies(); }
+  // Relay: mixed assemblies (ps/fetch_state.h: the shards' newest slices when a whole
+  // version could not be caught up with).
   int64_t mixed_assemblies() const { return state_.mixed_assemblies(); }
   // The newest version any shard has answered with (-1: none yet).
   int64_t newest_heard() const { return state_.newest_heard(); }

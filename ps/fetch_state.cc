@@ -38,7 +38,6 @@ FetchState::Assembly FetchState::Take(Clock::time_point now, int64_t current) {
   for (const Shard& s : shards_) oldest = std::min(oldest, s.held);
   if (oldest == target) {
     a.version = target;
-    ++whole_;
   } else {
     if (catch_up_since_ == Clock::time_point{}) catch_up_since_ = now;
     const bool stuck = misses_ >= kMaxMisses || now - catch_up_since_ >= kCatchUpLimit;

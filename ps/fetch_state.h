@@ -68,7 +68,6 @@ class FetchState {
   static constexpr std::chrono::milliseconds kCatchUpLimit{1000};
 
   int num_shards() const { return int(shards_.size()); }
-  int64_t whole_assemblies() const { return whole_; }
   int64_t mixed_assemblies() const { return mixed_assemblies_; }
   int64_t held(int shard) const { return shards_[size_t(shard)].held; }
   // The newest version any shard has answered with since the last Reset (-1: none).
@@ -88,7 +87,7 @@ class FetchState {
   // moved because a shard behind no longer had it.
   Clock::time_point catch_up_since_{};
   int misses_ = 0;
-  int64_t whole_ = 0, mixed_assemblies_ = 0;
+  int64_t mixed_assemblies_ = 0;
 };
 
 }  // namespace stampede::ps
