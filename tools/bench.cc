@@ -7,6 +7,8 @@
 
 #include "actors/actor.h"
 #include "actors/env_source.h"
+#include "envs/minatar.h"
+#include "envs/python_env.h"
 #include "envs/vector_env.h"
 #include "envs/rng.h"
 #include "learner/batch.h"
@@ -25,6 +27,52 @@ using Clock = std::chrono::steady_clock;
 namespace {
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 }  // namespace
+
+int RunMinAtarBench(const BenchOptions& opt) {
+  const std::string why = envs::PythonUnavailableReason(envs::PythonVenvPath(""));
+  std::printf("stampede bench --minatar: steps/s on one core, random actions (all six), sticky 0.1\n");
+  if (!why.empty()) std::printf("  (no package column: %s)\n", why.c_str());
+  std::printf("  %-16s %14s %14s %8s\n", "game", "C++", "package", "ratio");
+  for (const std::string& game : envs::MinAtarGames()) {
+    auto g = envs::MakeMinAtarGame(game, true);
+    envs::SplitMixDraws draws;
+    draws.Seed(1);
+    envs::SplitMix64 actions(2);
+    std::vector<uint8_t> obs(size_t(g->channels()) * 100);
+    g->Reset(draws);
+    int64_t steps = 0;
+    int last = 0;
+    const auto start = Clock::now();
+    double elapsed = 0;
+    while ((elapsed = Since(start)) < opt.seconds) {
+      for (int i = 0; i < 4096; ++i) {
+        int a = int(actions() % 6);
+        if (draws.Rand() < 0.1) a = last;  // the package's sticky actions
+        last = a;
+        if (g->Act(a, draws).second) g->Reset(draws);
+        g->State(obs.data(), 255);
+      }
+      steps += 4096;
+    }
+    const double ours = double(steps) / elapsed;
+    double theirs = 0;
+    if (why.empty()) {
+      const std::string cmd = envs::PythonVenvPath("") + "/bin/python " STAMPEDE_SOURCE_DIR
+                              "/tools/minatar_trace.py speed " + game + " " +
+                              std::to_string(std::max(2000, int(opt.seconds * 20000)));
+      if (FILE* p = popen(cmd.c_str(), "r")) {
+        if (std::fscanf(p, "%lf", &theirs) != 1) theirs = 0;
+        pclose(p);
+      }
+    }
+    if (theirs > 0) {
+      std::printf("  %-16s %14.0f %14.0f %7.0fx\n", game.c_str(), ours, theirs, ours / theirs);
+    } else {
+      std::printf("  %-16s %14.0f %14s %8s\n", game.c_str(), ours, "-", "-");
+    }
+  }
+  return 0;
+}
 
 int RunBench(const BenchOptions& opt) {
   LoadedConfig loaded;

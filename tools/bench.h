@@ -17,6 +17,7 @@ struct BenchOptions {
   bool networks = false;  // --networks: the torso inference table instead
   bool gpu = false;       // --gpu: the CUDA learner step instead
   bool broadcast = false; // --broadcast: PS fetch time of 16 clients instead
+  bool minatar = false;   // --minatar: the C++ MinAtar games against the package instead
 };
 
 int RunBench(const BenchOptions& opt);
@@ -31,5 +32,9 @@ int RunGpuBench(const BenchOptions& opt);
 // Seconds for 16 concurrent clients to fetch a new 1M- / 10M-float version from 1, 2, 4
 // shards on loopback (tools/bench_broadcast.cc).
 int RunBroadcastBench(const BenchOptions& opt);
+// Steps/s of each C++ MinAtar game on one core (one env, random actions, observation
+// written every step) beside the `minatar` package's in the venv (tools/minatar_trace.py
+// speed), and the ratio; the package column is left out where the venv is absent.
+int RunMinAtarBench(const BenchOptions& opt);
 
 }  // namespace stampede::tools
