@@ -357,6 +357,16 @@ constexpr Range kRanges[] = {
     {"learner.max_gradient_staleness", 0, 1e6, false, true},
     {"coordinator.max_restarts", 0, 1e6, false, true},
     {"coordinator.restart_backoff_s", 0, 3600, false, false},
+    {"learner.replay.fraction", 0, 1, false, false},
+    {"learner.replay.capacity", 1, 1e8, false, true},
+    {"learner.replay.priority_exponent", 0, 10, false, false},
+    {"learner.replay.samples_per_insert", 0, 1e6, false, false},
+    {"learner.replay.error_buffer", 0, 1e12, false, false},
+    {"learner.replay.min_size", 1, 1e8, false, true},
+    {"learner.replay.max_times_sampled", 0, 1e9, false, true},
+    {"learner.replay.max_bytes", 0, 1e13, false, true},
+    {"learner.replay.importance_exponent", 0, 1, false, false},
+    {"learner.replay.trust_region_kl", 0, 1e6, false, false},
 };
 }  // namespace
 
@@ -511,6 +521,26 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
     if (mode != "relay" && (lc.device() != "cpu" || lc.popart())) {
       *error = loaded.Where("learner.update_mode") + ": learner.update_mode \"" + mode +
                "\" runs on the CPU learner without PopArt (learner.device \"cpu\", learner.popart false)";
+      return false;
+    }
+    const auto& rc = lc.replay();
+    if (rc.fraction() >= 1) {
+      *error = loaded.Where("learner.replay.fraction") + ": learner.replay.fraction: " + FormatNumber(rc.fraction()) +
+               " leaves no fresh unrolls in a batch, expected less than 1 (LASER: 0.875 at most)";
+      return false;
+    }
+    const std::string sel = rc.selector();
+    if (sel != "uniform" && sel != "fifo" && sel != "prioritized") {
+      *error = loaded.Where("learner.replay.selector") + ": learner.replay.selector: \"" + sel +
+               "\" is not known, expected \"uniform\", \"fifo\" or \"prioritized\"";
+      return false;
+    }
+    if (rc.fraction() > 0 && lc.device() != "cpu" &&
+        (sel == "prioritized" || rc.importance_exponent() > 0 || rc.trust_region_kl() > 0 ||
+         rc.entropy_online_only())) {
+      *error = loaded.Where("learner.replay") + ": learner.replay: priorities, importance weights, the trust region "
+               "and entropy_online_only need the CPU learner's per-unroll loss; on learner.device \"" + lc.device() +
+               "\" use selector \"uniform\" or \"fifo\" with entropy_online_only false";
       return false;
     }
     if (lc.num_learners() > c.actors().num_actors()) {
