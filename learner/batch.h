@@ -20,11 +20,17 @@ namespace stampede::learner {
 struct Batch : wire::Unrolls {
   std::vector<int64_t> policy_versions;  // [B]
   std::vector<int32_t> tasks;            // [B]: the task of each unroll (0 in one-task runs)
+  // Experience replay (learner.replay): 1 for an unroll sampled from the table, and each
+  // unroll's importance weight on its loss (1 for fresh ones). Empty: all fresh, weight 1.
+  std::vector<uint8_t> replayed;         // [B]
+  std::vector<float> weights;            // [B]
 
   void Resize(int T, int B, const wire::StepShape& shape) {
     Unrolls::Resize(T, B, shape);
     policy_versions.assign(B, 0);
     tasks.assign(B, 0);
+    replayed.clear();
+    weights.clear();
   }
   void Resize(int T, int B, int obs_size, int num_actions) {
     Resize(T, B, wire::StepShape{{obs_size}, wire::DType::kFloat32, num_actions});

@@ -26,6 +26,7 @@
 #include "wire/durable_file.h"
 #include <filesystem>
 #include "replay/bounded_queue.h"
+#include "replay/table.h"
 #include "wire/config.h"
 #include "wire/tasks.h"
 #include "wire/trace.h"
@@ -52,6 +53,10 @@ LossOptions LossOptionsFrom(const config::Config& cfg) {
   lo.reward_clip = lc.reward_clip();
   lo.reward_scale = lc.reward_scale();
   lo.popart = lc.popart();
+  if (lc.replay().fraction() > 0) {
+    lo.entropy_online_only = lc.replay().entropy_online_only();
+    lo.trust_region_kl = lc.replay().trust_region_kl();
+  }
   // Masks only where some task has fewer actions than the shared head.
   const auto limits = wire::TaskActionLimits(cfg);
   const int head = cfg.env().resolved_spec().num_actions();
@@ -126,6 +131,17 @@ struct Learner::Impl {
   wire::StepShape shape;
   int frames_per_step = 1;
   replay::BoundedQueue<UnrollRef> queue;
+  // Experience replay (learner.replay.fraction > 0): this learner's table, and how many
+  // unrolls of each batch come from it.
+  std::unique_ptr<replay::Table<UnrollRef>> table;
+  int replay_per_batch = 0;
+  bool prioritized = false;
+  // One sampled unroll of a batch (batch columns B - picks.size() .. B - 1).
+  struct Pick {
+    uint64_t key;
+    double probability;
+    int64_t table_size;
+  };
   std::atomic<bool> stop{false};
   std::thread receiver, trainer;
   std::atomic<int64_t> dropped[size_t(wire::DropReason::kCount)] = {};
@@ -160,6 +176,10 @@ struct Learner::Impl {
   LossStats last_loss;
   double last_grad_norm = 0, last_lr = 0, train_seconds = 0, receive_wait_s = 0;
   int64_t skipped_steps = 0;  // non-finite loss or gradient: not applied
+  // Replay figures: ages of sampled unrolls since the last status; cumulative counts.
+  double replay_age_sum = 0;
+  int64_t replay_age_count = 0, replay_age_max = 0, replay_inserts_refused = 0, trust_region_dropped = 0;
+  int64_t trained_fresh = 0, trained_replayed = 0;  // since the last status
   // Drop lines, rate-limited per reason for the whole learner (a claimed sender id
   // costs an attacker nothing).
   wire::LogLimiter drop_log;
@@ -170,7 +190,32 @@ struct Learner::Impl {
 
   Impl(Learner* s, const config::Config& c, zmq::context_t& z, std::string ep, uint64_t inc)
       : self(s), cfg(c), ctx(z), bind_endpoint(std::move(ep)), incarnation(inc),
-        queue(size_t(c.learner().queue_capacity())) {}
+        queue(size_t(c.learner().queue_capacity())) {
+    const auto& rc = c.learner().replay();
+    if (rc.fraction() > 0) {
+      replay::TableOptions o;
+      o.capacity = rc.capacity();
+      o.max_bytes = rc.max_bytes();
+      o.max_times_sampled = rc.max_times_sampled();
+      o.limiter.min_size = rc.min_size();
+      o.limiter.samples_per_insert = rc.samples_per_insert();
+      o.limiter.error_buffer = rc.error_buffer();
+      table = std::make_unique<replay::Table<UnrollRef>>(
+          o, replay::MakeSelector(rc.selector(), rc.priority_exponent()), uint64_t(c.seed()) * 7919 + 17);
+      replay_per_batch = int(std::lround(rc.fraction() * c.learner().batch_size()));
+      prioritized = rc.selector() == "prioritized";
+    }
+  }
+
+  // The next batch's unrolls: fresh ones from the queue first, then (replay) sampled
+  // ones, whose picks go to *picks. False on timeout or stop.
+  bool Take(int B, std::vector<UnrollRef>* items, std::vector<Pick>* picks, std::chrono::milliseconds timeout);
+  // Replay: marks the sampled columns (and their importance weights) in the batch.
+  void MarkReplayed(const std::vector<Pick>& picks, Batch* batch) const;
+  // Replay, after a step: the fresh unrolls go into the table, the sampled ones get new
+  // priorities; `targets` (CPU learner) gives the advantages, null on the CUDA learner.
+  void AfterStep(const std::vector<UnrollRef>& items, const std::vector<Pick>& picks, const Batch& batch,
+                 const Targets<float>* targets, const LossStats& st);
 
   // Sync/async: the run's frames (the others' from the PS, ours counted here).
   int64_t GlobalFrames() const { return self->frames_.load() + self->other_frames_.load(); }
@@ -386,6 +431,7 @@ void Learner::Stop() {
   Impl& m = *impl_;
   m.stop = true;
   m.queue.Close();
+  if (m.table) m.table->Close();
   if (m.receiver.joinable()) m.receiver.join();
   if (m.trainer.joinable()) m.trainer.join();
 }
@@ -550,6 +596,82 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
   }
 }
 
+bool Learner::Impl::Take(int B, std::vector<UnrollRef>* items, std::vector<Pick>* picks,
+                         std::chrono::milliseconds timeout) {
+  const int want = table && table->CanSample() ? replay_per_batch : 0;
+  if (!queue.PopExactly(size_t(B - want), items, timeout)) return false;
+  picks->clear();
+  for (int k = 0; k < want; ++k) {
+    replay::Table<UnrollRef>::Sampled s;
+    if (!table->Sample(&s, std::chrono::milliseconds(0))) break;
+    items->push_back(*s.item);
+    picks->push_back({s.key, s.probability, s.table_size});
+  }
+  // The rate limiter allowed fewer samples than asked: fresh unrolls fill the batch (first).
+  std::vector<UnrollRef> more;
+  while (items->size() < size_t(B)) {
+    if (stop.load()) return false;
+    if (queue.PopExactly(size_t(B) - items->size(), &more, std::chrono::milliseconds(100))) {
+      items->insert(items->begin() + long(items->size() - picks->size()), more.begin(), more.end());
+    }
+  }
+  return true;
+}
+
+void Learner::Impl::MarkReplayed(const std::vector<Pick>& picks, Batch* batch) const {
+  if (!table) return;
+  const int B = batch->n(), r = int(picks.size());
+  batch->replayed.assign(size_t(B), 0);
+  batch->weights.clear();
+  for (int b = B - r; b < B; ++b) batch->replayed[size_t(b)] = 1;
+  const double beta = cfg.learner().replay().importance_exponent();
+  if (beta <= 0 || r == 0) return;
+  // Prioritized replay's correction (Schaul et al. 2016): (N P(i))^-beta, over the max.
+  batch->weights.assign(size_t(B), 1.f);
+  std::vector<double> w(static_cast<size_t>(r));
+  double max_w = 0;
+  for (int k = 0; k < r; ++k) {
+    w[size_t(k)] = std::pow(double(picks[size_t(k)].table_size) * picks[size_t(k)].probability, -beta);
+    max_w = std::max(max_w, w[size_t(k)]);
+  }
+  for (int k = 0; k < r; ++k) batch->weights[size_t(B - r + k)] = float(w[size_t(k)] / max_w);
+}
+
+void Learner::Impl::AfterStep(const std::vector<UnrollRef>& items, const std::vector<Pick>& picks,
+                              const Batch& batch, const Targets<float>* targets, const LossStats& st) {
+  if (!table) return;
+  const int B = batch.n(), T = batch.T(), r = int(picks.size()), fresh = B - r;
+  // Priority: the unroll's mean |V-trace advantage| over its transitions (1 without targets).
+  std::vector<double> priority(size_t(B), 1.0);
+  if (prioritized && targets != nullptr) {
+    for (int b = 0; b < B; ++b) {
+      double sum = 0;
+      int n = 0;
+      for (int t = 0; t < T; ++t) {
+        const size_t i = size_t(t) * B + b;
+        if (!batch.valid[i]) continue;
+        sum += std::abs(double(targets->pg_advantages[i]));
+        ++n;
+      }
+      priority[size_t(b)] = n ? sum / n : 0.0;
+    }
+  }
+  const int64_t bytes = wire::TrajectoryBytes(T, 1, shape);
+  int64_t refused = 0;
+  for (int b = 0; b < fresh; ++b) {
+    if (!table->Insert(std::make_shared<const UnrollRef>(items[size_t(b)]), bytes, priority[size_t(b)],
+                       std::chrono::milliseconds(0))) {
+      ++refused;
+    }
+  }
+  if (prioritized) {
+    for (int k = 0; k < r; ++k) table->UpdatePriority(picks[size_t(k)].key, priority[size_t(fresh + k)]);
+  }
+  std::lock_guard lock(mu);
+  replay_inserts_refused += refused;
+  trust_region_dropped += st.trust_region_dropped;
+}
+
 void Learner::Impl::Assemble(const std::vector<UnrollRef>& items, Batch* batch) const {
   for (int b = 0; b < batch->n(); ++b) CopyUnroll(*items[b].batch, items[b].column, b, batch);
 }
@@ -588,12 +710,12 @@ void Learner::Impl::TrainLoop() {
   batch.Resize(T, B, shape);
   next_batch.Resize(T, B, shape);
   bool next_staged = false;  // CUDA: next_batch is staged on the device already
-  std::vector<UnrollRef> items;
+  std::vector<UnrollRef> items, trained, next_items;  // trained: the batch's unrolls (replay inserts them)
+  std::vector<Pick> picks, trained_picks, next_picks;
   auto last_checkpoint = Clock::now();
   bool unpublished = false;  // the newest version has not reached every shard yet
   while (!stop.load()) {
-    if (!next_staged &&
-        !queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(unpublished ? 5 : 100))) {
+    if (!next_staged && !Take(B, &items, &picks, std::chrono::milliseconds(unpublished ? 5 : 100))) {
       if (unpublished) unpublished = !publisher->Put(params, self->version_.load());
       continue;
     }
@@ -608,9 +730,14 @@ void Learner::Impl::TrainLoop() {
       // The batch goes up from pinned memory; only statistics and parameters come back.
       if (next_staged) {
         std::swap(batch, next_batch);  // staged while the previous step computed
+        trained.swap(next_items);
+        trained_picks.swap(next_picks);
       } else {
         wire::TraceSpan span("assemble", "learner");
         Assemble(items, &batch);
+        MarkReplayed(picks, &batch);
+        trained.swap(items);
+        trained_picks.swap(picks);
         items.clear();
         gpu->Stage(BatchViewOf(batch));
       }
@@ -618,8 +745,10 @@ void Learner::Impl::TrainLoop() {
       wire::TraceSpan gpu_span("gpu_step", "learner");
       gpu->Launch(lr);
       // While the device computes: if the next batch is already here, assemble and stage it.
-      if (queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(0))) {
+      if (Take(B, &items, &next_picks, std::chrono::milliseconds(0))) {
         Assemble(items, &next_batch);
+        MarkReplayed(next_picks, &next_batch);
+        next_items.swap(items);
         items.clear();
         gpu->Stage(BatchViewOf(next_batch));
         next_staged = true;
@@ -633,10 +762,13 @@ void Learner::Impl::TrainLoop() {
       {
         wire::TraceSpan span("assemble", "learner");
         Assemble(items, &batch);
-        items.clear();  // release the received batches
+        MarkReplayed(picks, &batch);
+        trained.swap(items);  // released after the step (replay keeps the fresh ones)
+        trained_picks.swap(picks);
+        items.clear();
       }
       std::fill(grad.begin(), grad.end(), 0.f);
-      st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data(), popart ? &targets : nullptr);
+      st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data(), popart || table ? &targets : nullptr);
       wire::TraceSpan span("apply", "learner");
       norm = ClipGlobalNorm(grad, lc.max_grad_norm());
       if (std::isfinite(st.total) && std::isfinite(norm)) {
@@ -647,8 +779,11 @@ void Learner::Impl::TrainLoop() {
     if (!std::isfinite(st.total) || !std::isfinite(norm)) {
       // Never applied (the CUDA step leaves the parameters alone too).
       CountSkippedStep();
+      trained.clear();
       continue;
     }
+    AfterStep(trained, trained_picks, batch, gpu ? nullptr : &targets, st);
+    trained.clear();
     const int64_t version = ++self->version_;
     const int64_t steps = ++self->steps_;
     if (steps % lc.publish_every() == 0 || unpublished) {
@@ -763,7 +898,9 @@ void Learner::Impl::TrainLoopSharded() {
   const bool chief = index == 0 && !checkpoint_path.empty();
   Batch batch;
   batch.Resize(T, B, shape);
+  Targets<float> targets;  // replay: the step's advantages give priorities
   std::vector<UnrollRef> items;
+  std::vector<Pick> picks;
   std::vector<int64_t> pushed;  // each shard's version our newest gradient was computed on
   int64_t sync_wait_start = -1;  // trace: when the wait for the others' gradients began
   auto last_checkpoint = Clock::now();
@@ -800,7 +937,7 @@ void Learner::Impl::TrainLoopSharded() {
         sync_wait_start = -1;
       }
     }
-    if (!queue.PopExactly(size_t(B), &items, std::chrono::milliseconds(5))) continue;
+    if (!Take(B, &items, &picks, std::chrono::milliseconds(5))) continue;
     const auto start = Clock::now();
     PollParams(true);  // the newest parameters the shards hold now
     double lr = lr0;
@@ -808,15 +945,18 @@ void Learner::Impl::TrainLoopSharded() {
     {
       wire::TraceSpan span("assemble", "learner");
       Assemble(items, &batch);
-      items.clear();
+      MarkReplayed(picks, &batch);
     }
     std::fill(grad.begin(), grad.end(), 0.f);
-    const LossStats st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data());
+    const LossStats st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data(), table ? &targets : nullptr);
     const double norm = ClipGlobalNorm(grad, lc.max_grad_norm());
     if (!std::isfinite(st.total) || !std::isfinite(norm)) {
       CountSkippedStep();  // never pushed
+      items.clear();
       continue;
     }
+    AfterStep(items, picks, batch, &targets, st);
+    items.clear();
     pushed = fetcher->shard_versions();
     {
       wire::TraceSpan span("push", "learner");
@@ -842,6 +982,15 @@ void Learner::Impl::RecordStep(const Batch& batch, int64_t trained_on, const Los
   std::lock_guard lock(mu);
   for (int b = 0; b < batch.n(); ++b) {
     const int64_t lag = std::max<int64_t>(0, trained_on - batch.policy_versions[size_t(b)]);
+    if (!batch.replayed.empty() && batch.replayed[size_t(b)]) {
+      // A replayed unroll's age, not the fleet's policy lag.
+      replay_age_sum += double(lag);
+      ++replay_age_count;
+      replay_age_max = std::max(replay_age_max, lag);
+      ++trained_replayed;
+      continue;
+    }
+    ++trained_fresh;
     lag_sum += double(lag);
     ++lag_count;
     lag_max = std::max(lag_max, lag);
@@ -954,6 +1103,29 @@ void Learner::FillStatus(wire::Status* s) {
     a.lag_sum = 0;
     a.lag_max = 0;
     a.count = 0;
+  }
+  if (m.table) {
+    const replay::TableStats ts = m.table->stats();
+    wire::ReplayStatus* r = s->mutable_replay();
+    r->set_size(ts.size);
+    r->set_bytes(ts.bytes);
+    r->set_inserts(ts.inserts);
+    r->set_samples(ts.samples);
+    r->set_selector(ts.selector);
+    r->set_can_sample(ts.can_sample);
+    r->set_removed_oldest(ts.removed_oldest);
+    r->set_removed_sampled(ts.removed_sampled);
+    r->set_inserts_refused(m.replay_inserts_refused);
+    r->set_trust_region_dropped(m.trust_region_dropped);
+    r->set_sampled_age_mean(m.replay_age_count ? m.replay_age_sum / double(m.replay_age_count) : 0);
+    r->set_sampled_age_max(m.replay_age_max);
+    const int64_t trained = m.trained_fresh + m.trained_replayed;
+    r->set_replayed_fraction(trained ? double(m.trained_replayed) / double(trained) : 0);
+    m.replay_age_sum = 0;
+    m.replay_age_count = 0;
+    m.replay_age_max = 0;
+    m.trained_fresh = 0;
+    m.trained_replayed = 0;
   }
   s->set_pg_loss(m.last_loss.pg_loss);
   s->set_baseline_loss(m.last_loss.baseline_loss);

@@ -123,30 +123,66 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
   LossStats st;
   double entropy_sum = 0;
   int64_t counted = 0;
+  // Replay: weights and masks per unroll; without replay every factor below is exactly 1
+  // and every mask open, so the step is bit for bit the one without these lines.
+  const bool any_replayed = !batch.replayed.empty();
+  std::vector<float> current(P);
+  double entropy_bonus_sum = 0;  // over the steps that get the entropy bonus
   for (int i = 0; i < TB; ++i) {
     if (!batch.valid[i]) continue;  // an env reset, not a transition: no loss, no gradient
-    ++counted;
-    const S* out = &f.policy[size_t(i) * P];
-    ActionRow(batch, i, K, action);
-    const double adv = double(tg.pg_advantages[i]);
-    st.pg_loss += -adv * net::PolicyLogProb(pol, out, action);
-    entropy_sum += net::PolicyEntropy(pol, out);
-    // PopArt: the error of the normalised output against the normalised target.
     const int b = i % B, k = V == 1 ? 0 : batch.tasks[size_t(b)];
+    const S* out = &f.policy[size_t(i) * P];
+    const bool replayed = any_replayed && batch.replayed[size_t(b)];
+    if (replayed && opt.trust_region_kl > 0) {
+      for (int j = 0; j < P; ++j) current[size_t(j)] = float(out[j]);
+      if (PolicyKl(pol, &batch.behaviour_logits[size_t(i) * P], current.data()) > opt.trust_region_kl) {
+        ++st.trust_region_dropped;
+        continue;
+      }
+    }
+    ++counted;
+    const double w = batch.weights.empty() ? 1.0 : double(batch.weights[size_t(b)]);
+    const double entropy_cost = replayed && opt.entropy_online_only ? 0.0 : opt.entropy_cost;
+    ActionRow(batch, i, K, action);
+    const double adv = w * double(tg.pg_advantages[i]);
+    st.pg_loss += -adv * net::PolicyLogProb(pol, out, action);
+    const double h = net::PolicyEntropy(pol, out);
+    entropy_sum += h;
+    if (entropy_cost != 0.0 || opt.entropy_cost == 0.0) entropy_bonus_sum += h;
+    // PopArt: the error of the normalised output against the normalised target.
     const double err = opt.popart ? double(f.raw[size_t(i) * V + k]) - (double(tg.vs[i]) - f.mean[b]) / f.scale[b]
                                   : double(f.values[i]) - double(tg.vs[i]);
-    st.baseline_loss += 0.5 * err * err;
+    st.baseline_loss += w * 0.5 * err * err;
     // d(-adv log pi(a) - entropy_cost H) / d outputs
-    net::PolicyGrad(pol, out, action, -adv, -opt.entropy_cost, &dpolicy[size_t(i) * P]);
-    dvalues[size_t(i) * V + k] = S(opt.baseline_cost * err);
+    net::PolicyGrad(pol, out, action, -adv, -entropy_cost, &dpolicy[size_t(i) * P]);
+    dvalues[size_t(i) * V + k] = S(opt.baseline_cost * w * err);
   }
   st.baseline_loss *= opt.baseline_cost;
   st.entropy = counted ? entropy_sum / double(counted) : 0;
-  st.total = st.pg_loss + st.baseline_loss - opt.entropy_cost * entropy_sum;
+  st.total = st.pg_loss + st.baseline_loss - opt.entropy_cost * entropy_bonus_sum;
   if (grad != nullptr) net.Backward(params, dpolicy.data(), dvalues.data(), grad);
   return st;
 }
 }  // namespace
+
+double PolicyKl(const net::PolicyShape& pol, const float* behaviour, const float* current) {
+  if (pol.kind == net::PolicyKind::kGaussian) return 0;
+  double kl = 0;
+  int offset = 0;
+  for (int c = 0; c < pol.num_components; ++c) {
+    const int n = pol.nvec[c];
+    const float* zb = behaviour + offset;
+    const float* zc = current + offset;
+    const double lb = net::LogSumExp(zb, n), lc = net::LogSumExp(zc, n);
+    for (int a = 0; a < n; ++a) {
+      const double log_pb = double(zb[a]) - lb, log_pc = double(zc[a]) - lc;
+      const double pb = std::exp(log_pb);
+      if (pb > 0) kl += pb * (log_pb - log_pc);
+    }
+    offset += n;
+  }
+  return kl;
+}
 
 template <class S>
 Targets<S> ComputeTargets(net::Model<S>& net, const S* params, const Batch& batch,

@@ -27,6 +27,11 @@ struct LossOptions {
   // PopArt: the network's values are normalised, one output per task; targets and
   // advantages use the statistics in the parameters' "popart/stats" tensor.
   bool popart = false;
+  // Experience replay (batch.replayed): no entropy bonus on replayed unrolls (LASER), and
+  // LASER's trust region: a replayed step whose KL(behaviour || current policy) is above
+  // this is left out of the loss (0: off; categorical and multi-discrete policies).
+  bool entropy_online_only = false;
+  double trust_region_kl = 0;
 };
 
 template <class S>
@@ -43,7 +48,12 @@ struct LossStats {
   double pg_loss = 0;
   double baseline_loss = 0;
   double entropy = 0;  // mean policy entropy per step
+  int64_t trust_region_dropped = 0;  // replayed steps the trust region left out
 };
+
+// KL(behaviour || current) of one step's policy outputs (categorical or multi-discrete:
+// the sum over components); 0 for a Gaussian policy.
+double PolicyKl(const net::PolicyShape& pol, const float* behaviour, const float* current);
 
 // Runs the network on all T+1 rows (from each unroll's initial core state, resetting it
 // at episode starts) and computes the V-trace targets.

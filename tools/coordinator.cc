@@ -323,6 +323,37 @@ std::string ReturnText(double mean, int counted) {
 // Per task from the newest learner status: name -> episodes, mean_return_100,
 // returns_counted, env_frames, policy_lag_mean, frames_to_target (and normalised_score
 // where the task gives random and reference scores).
+// The learners' replay tables (learner.replay) in one: sums of sizes and counters, the
+// mean of their sampled ages and the largest.
+nlohmann::json ReplayJson(const SupervisorState& st) {
+  double size = 0, bytes = 0, inserts = 0, samples = 0, removed_oldest = 0, removed_sampled = 0;
+  double refused = 0, dropped = 0, age = 0, fraction = 0;
+  int64_t age_max = 0;
+  bool can_sample = true;
+  std::string selector;
+  for (const auto& [index, s] : st.learners) {
+    const auto& r = s.replay();
+    size += double(r.size());
+    bytes += double(r.bytes());
+    inserts += double(r.inserts());
+    samples += double(r.samples());
+    removed_oldest += double(r.removed_oldest());
+    removed_sampled += double(r.removed_sampled());
+    refused += double(r.inserts_refused());
+    dropped += double(r.trust_region_dropped());
+    age += r.sampled_age_mean();
+    fraction += r.replayed_fraction();
+    age_max = std::max(age_max, r.sampled_age_max());
+    can_sample = can_sample && r.can_sample();
+    selector = r.selector();
+  }
+  const double n = std::max<double>(1, double(st.learners.size()));
+  return {{"size", size}, {"bytes", bytes}, {"inserts", inserts}, {"samples", samples},
+          {"sampled_age_mean", age / n}, {"sampled_age_max", age_max}, {"selector", selector},
+          {"can_sample", can_sample}, {"removed_oldest", removed_oldest}, {"removed_sampled", removed_sampled},
+          {"inserts_refused", refused}, {"trust_region_dropped", dropped}, {"replayed_fraction", fraction / n}};
+}
+
 nlohmann::json TasksJson(const SupervisorState& st) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& ts : st.learner.tasks()) {
@@ -1048,6 +1079,8 @@ void Progress(SupervisorState& st, Clock::time_point now) {
   row["tasks"] = TasksJson(st);
   row["actors"] = ActorsJson(st.actors, false);
   row["worst_actor_lag"] = st.actors.worst_lag();
+  nlohmann::json replay_row;
+  if (st.cfg.learner().replay().fraction() > 0) row["replay"] = replay_row = ReplayJson(st);
   if (st.cfg.learner().num_learners() > 1 || ShardsOwnOptimizer(st.cfg)) row["learners"] = LearnersJson(st);
   if (ShardsOwnOptimizer(st.cfg)) row["ps"] = PsJson(st);
   if (st.role_restarts > 0) row["restarts"] = st.role_restarts;
@@ -1075,6 +1108,11 @@ void Progress(SupervisorState& st, Clock::time_point now) {
         {"queue/actor_send_wait_s", actor_wait},
         {"dropped_trajectories", double(s.dropped_trajectories())}};
     if (!suite && s.returns_counted() > 0) scalars.push_back({"return_100", s.mean_return_100()});
+    if (!replay_row.is_null()) {
+      scalars.push_back({"replay/size", replay_row["size"].get<double>()});
+      scalars.push_back({"replay/sampled_age_mean", replay_row["sampled_age_mean"].get<double>()});
+      scalars.push_back({"replay/replayed_fraction", replay_row["replayed_fraction"].get<double>()});
+    }
     for (const auto& ts : s.tasks()) {
       if (ts.task() < 0 || ts.task() >= wire::NumTasks(st.cfg) || ts.returns_counted() == 0) continue;
       const std::string name = wire::TaskName(st.cfg, ts.task());
