@@ -164,3 +164,113 @@ TEST_CASE("loss: episode ends zero the discount, and truncation bootstraps only 
     }
   }
 }
+
+TEST_CASE("loss: replayed unrolls use their stored behaviour logits, importance weights and LASER's masks",
+          "[loss][replay]") {
+  const auto spec = SmallSpec(net::Activation::kTanh);
+  const int T = 4, B = 3, A = 3;
+  learner::Batch batch = RandomBatch(T, B, 3, A, 23);
+  std::fill(batch.terminated.begin(), batch.terminated.end(), 0);
+  std::fill(batch.truncated.begin(), batch.truncated.end(), 0);
+  auto model = net::MakeCpuModel<double>(spec);
+  auto& mlp = *model;
+  std::vector<float> pf(mlp.layout().total_size());
+  net::InitParams(spec, 7, pf);
+  std::vector<double> p(pf.begin(), pf.end());
+  for (auto& x : p) x *= 10;
+  learner::LossOptions opt;
+  opt.entropy_cost = 0.05;
+  opt.baseline_cost = 0.5;
+  opt.discount = 0.9;
+
+  SECTION("no replayed column and unit weights: the step is bit for bit the plain one") {
+    std::vector<double> g1(p.size(), 0.0), g2(p.size(), 0.0);
+    const auto a = learner::ComputeLossAndGrad(mlp, p.data(), batch, opt, g1.data());
+    learner::Batch marked = batch;
+    marked.replayed.assign(B, 0);
+    marked.weights.assign(B, 1.f);
+    learner::LossOptions o2 = opt;
+    o2.entropy_online_only = true;
+    o2.trust_region_kl = 0.01;
+    const auto b = learner::ComputeLossAndGrad(mlp, p.data(), marked, o2, g2.data());
+    CHECK(a.total == b.total);
+    CHECK(g1 == g2);
+  }
+
+  // Column 2 replayed, weight 0.5; entropy only on the fresh columns 0 and 1.
+  learner::Batch marked = batch;
+  marked.replayed = {0, 0, 1};
+  marked.weights = {1.f, 1.f, 0.5f};
+  learner::LossOptions o2 = opt;
+  o2.entropy_online_only = true;
+  const auto targets = learner::ComputeTargets(mlp, p.data(), marked, o2);
+  std::vector<double> logits((T + 1) * B * A), values((T + 1) * B);
+  mlp.Step(p.data(), marked.observations.data(), (T + 1) * B, nullptr, nullptr, nullptr, logits.data(),
+           values.data());
+  auto log_softmax = [](const auto* z, int n, int a) {
+    double m = 0;
+    for (int j = 0; j < n; ++j) m += std::exp(double(z[j]));
+    return double(z[a]) - std::log(m);
+  };
+  // V-trace by its definition (lambda 1, rho-bar = c-bar = 1) for the replayed column,
+  // with the behaviour policy its stored logits.
+  {
+    const int b = 2;
+    std::vector<double> vs(T + 1);
+    vs[T] = values[T * B + b];
+    for (int t = T - 1; t >= 0; --t) {
+      const int i = t * B + b;
+      const double log_rho = log_softmax(&logits[i * A], A, marked.actions[i]) -
+                             log_softmax(&marked.behaviour_logits[i * A], A, marked.actions[i]);
+      const double c = std::min(1.0, std::exp(log_rho));
+      const double delta = c * (marked.rewards[i] + opt.discount * values[(t + 1) * B + b] - values[i]);
+      vs[t] = values[i] + delta + opt.discount * c * (vs[t + 1] - values[(t + 1) * B + b]);
+      CHECK(targets.vs[i] == Approx(vs[t]).epsilon(1e-9));
+      const double adv = c * (marked.rewards[i] + opt.discount * vs[t + 1] - values[i]);
+      CHECK(targets.pg_advantages[i] == Approx(adv).epsilon(1e-9));
+    }
+  }
+  const auto st = learner::LossAndGrad(mlp, p.data(), marked, targets, o2, static_cast<double*>(nullptr));
+  double pg = 0, base = 0, ent_fresh = 0;
+  for (int i = 0; i < T * B; ++i) {
+    const int b = i % B;
+    const double w = marked.weights[b];
+    pg -= w * targets.pg_advantages[i] * log_softmax(&logits[i * A], A, marked.actions[i]);
+    base += w * 0.5 * (targets.vs[i] - values[i]) * (targets.vs[i] - values[i]);
+    if (b == 2) continue;
+    for (int j = 0; j < A; ++j) {
+      const double lp = log_softmax(&logits[i * A], A, j);
+      ent_fresh -= std::exp(lp) * lp;
+    }
+  }
+  CHECK(st.pg_loss == Approx(pg));
+  CHECK(st.baseline_loss == Approx(opt.baseline_cost * base));
+  CHECK(st.total == Approx(pg + opt.baseline_cost * base - opt.entropy_cost * ent_fresh));
+
+  SECTION("the trust region leaves out replayed steps whose policy moved too far") {
+    learner::LossOptions o3 = o2;
+    o3.trust_region_kl = 1e-12;  // every replayed step is further than this
+    const auto cut = learner::LossAndGrad(mlp, p.data(), marked, targets, o3, static_cast<double*>(nullptr));
+    CHECK(cut.trust_region_dropped == T);
+    double pg_fresh = 0;
+    for (int i = 0; i < T * B; ++i) {
+      if (i % B == 2) continue;
+      pg_fresh -= targets.pg_advantages[i] * log_softmax(&logits[i * A], A, marked.actions[i]);
+    }
+    CHECK(cut.pg_loss == Approx(pg_fresh));
+    o3.trust_region_kl = 1e9;  // none is
+    CHECK(learner::LossAndGrad(mlp, p.data(), marked, targets, o3, static_cast<double*>(nullptr))
+              .trust_region_dropped == 0);
+  }
+  SECTION("KL of a categorical policy against the definition") {
+    const float zb[3] = {0.1f, -1.f, 2.f}, zc[3] = {1.f, 0.f, -0.5f};
+    net::PolicyShape pol = net::CategoricalPolicy(3);
+    double kl = 0;
+    for (int a = 0; a < 3; ++a) {
+      const double lb = log_softmax(zb, 3, a), lc = log_softmax(zc, 3, a);
+      kl += std::exp(lb) * (lb - lc);
+    }
+    CHECK(learner::PolicyKl(pol, zb, zc) == Approx(kl).epsilon(1e-12));
+    CHECK(learner::PolicyKl(pol, zb, zb) == Approx(0).margin(1e-12));
+  }
+}

@@ -498,3 +498,49 @@ TEST_CASE("wire: a live learner skips and counts a step whose loss is not finite
   CHECK(servers.shards[0]->stats().refused[size_t(ps::Refusal::kNonFinite)].load() == 0);
   servers.Stop();
 }
+
+TEST_CASE("wire: a live learner with replay mixes exactly fraction x B replayed unrolls into each batch",
+          "[wire][learner][replay]") {
+  zmq::context_t ctx(1);
+  config::Config cfg = LiveLearnerConfig(2);
+  auto* rc = cfg.mutable_learner()->mutable_replay();
+  rc->set_fraction(0.5);  // 2 of each batch of 4
+  rc->set_min_size(4);
+  rc->set_capacity(100);
+  testing::ResolveSpecInPlace(&cfg);
+  testing::InProcessShards servers(ctx, 2);
+  for (const auto& ep : servers.endpoints) cfg.mutable_cluster()->add_ps(ep);
+  learner::Learner learner(cfg, ctx, "tcp://127.0.0.1:*", 1);
+  std::string error;
+  REQUIRE(learner.Start(&error));
+  zmq::socket_t push(ctx, zmq::socket_type::push);
+  push.set(zmq::sockopt::linger, 0);
+  push.connect(learner.endpoint());
+  const wire::StepShape catch_shape{{10, 5}, wire::DType::kFloat32, 3};
+  for (int round = 0; round < 30; ++round) {
+    auto b = MakeGood(catch_shape, 5, 2, 0, uint64_t(round));
+    std::fill(b.valid.begin(), b.valid.end(), 1);
+    REQUIRE(wire::SendTrajectory(push, b));
+  }
+  // 60 fresh unrolls: the first batch is all fresh (the table is empty); once its 4 are
+  // in the table, every batch is 2 fresh + 2 replayed: 1 + 56 / 2 = 29 steps.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (learner.learner_steps() < 29 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // no 30th step may come
+  wire::Status status;
+  learner.FillStatus(&status);
+  learner.Stop();
+  servers.Stop();
+  CHECK(learner.learner_steps() == 29);
+  CHECK(status.replay().inserts() == 60);
+  CHECK(status.replay().samples() == 28 * 2);
+  CHECK(status.replay().size() == 60);
+  CHECK(status.replay().selector() == "uniform");
+  CHECK(status.replay().replayed_fraction() == Approx(56.0 / (29 * 4)));
+  CHECK(status.replay().bytes() == 60 * wire::TrajectoryBytes(5, 1, catch_shape));
+  // Replayed unrolls were acted on by version 0 and trained on at versions 1..28.
+  CHECK(status.replay().sampled_age_max() >= 1);
+  CHECK(status.replay().sampled_age_max() <= 28);
+}
