@@ -9,6 +9,7 @@
 
 #include "envs/env.h"
 #include "tools/bench.h"
+#include "tools/sweep.h"
 #include "tools/coordinator.h"
 #include "tools/eval.h"
 #include "tools/report.h"
@@ -160,7 +161,17 @@ int main(int argc, char** argv) {
   bench->add_option("--fleet-frames", bench_opt.fleet_frames,
                     "Frame budget of the end-to-end fleet run (0 skips it)")
       ->default_val(1000000);
-  for (auto* sub : {run, coordinator, suite, ps_plan, spec, keys, roles[0], roles[1], roles[2], bench}) {
+  stampede::tools::SweepOptions sweep_opt;
+  auto* sweep = app.add_subcommand("sweep", "Run every point of a grid of config values (x seeds), each a normal run "
+                                            "under one sweep directory; write sweep.md, sweep.csv and sweep.png");
+  sweep->add_option("config", sweep_opt.config_path, "Config file")->required();
+  sweep->add_option("--grid", sweep_opt.grids, "field=v1,v2,... (repeatable: the grid is the product)")
+      ->allow_extra_args(false);
+  sweep->add_option("--seeds", sweep_opt.seeds, "Seeds per point (seed = 1..N)")->default_val(1)->check(CLI::Range(1, 1000));
+  sweep->add_option("--parallel", sweep_opt.parallel, "Runs at a time")->default_val(1)->check(CLI::Range(1, 256));
+  sweep->add_option("--dir", sweep_opt.dir, "Sweep directory (default runs/sweep-CONFIG-TIME)");
+  sweep->add_option("--target", sweep_opt.target, "Return for 'frames to target' (default: stop.target_return)");
+  for (auto* sub : {run, coordinator, suite, ps_plan, spec, keys, roles[0], roles[1], roles[2], bench, sweep}) {
     // One value per --set, so `--set a=1 CONFIG` leaves CONFIG to the positional.
     sub->add_option("--set", sets, "Override a config field: path=value (repeatable)")
         ->allow_extra_args(false);
@@ -272,6 +283,10 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%s", i ? ", " : "", ids[i].c_str());
     std::printf(")\nEach host needs the .pub files and the .key files of the processes it runs.\n");
     return 0;
+  }
+  if (sweep->parsed()) {
+    sweep_opt.sets = sets;
+    return stampede::tools::RunSweep(sweep_opt);
   }
   if (bench->parsed()) {
     bench_opt.sets = sets;
