@@ -115,7 +115,7 @@ TEST_CASE("replay: prioritized sampling follows p^alpha / sum (chi-square, fixed
   }
 }
 
-TEST_CASE("replay: removal by capacity and bytes takes the oldest; by times sampled the sampled", "[replay]") {
+TEST_CASE("replay: removal by capacity and bytes takes the oldest, by times sampled the sampled", "[replay]") {
   {
     IntTable t(Options(3), MakeFifoSelector());
     for (int i = 0; i < 5; ++i) Put(t, i);
@@ -208,7 +208,7 @@ TEST_CASE("replay: samples_per_insert blocks inserts and samples in turn (Reverb
   }
 }
 
-TEST_CASE("replay: close wakes a blocked sample and a blocked insert; later calls fail at once", "[replay]") {
+TEST_CASE("replay: close wakes a blocked sample and a blocked insert, and later calls fail at once", "[replay]") {
   TableOptions o = Options(100);
   o.limiter = {5, 1.0, 0.0};
   IntTable t(o, MakeUniformSelector());

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Learning benchmarks (long; not CI): return per env frame against the published agents.
+#   - MinAtar's five games (the C++ games, configs/minatar/<game>.textproto), BENCH_FRAMES
+#     frames each (5M), BENCH_SEEDS seeds (3), with replay off and with
+#     learner.replay.fraction BENCH_REPLAY (0.5);
+#   - CartPole (configs/cartpole.textproto): frames to 475, 5 seeds;
+#   - Atari Pong (configs/atari_pong.textproto): PONG_FRAMES (20M) frames, 1 seed, frames to 18.
+# Each part is a `stampede sweep` under BENCH_DIR (runs/bench-learning-<time>); then
+# tools/bench_learning_report.py writes BENCH_DIR/learning.md (mean +- std beside the
+# MinAtar paper's DQN and AC(lambda) at 5M frames, CleanRL's PPO on CartPole and Pong) and
+# learning.png (the curves, the published figures as reference lines).
+#   tools/bench_learning.sh [minatar] [cartpole] [pong]     (default: all three)
+# BENCH_GAMES limits MinAtar to some games ("breakout seaquest"). About 6 hours here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BENCH_DIR=${BENCH_DIR:-runs/bench-learning-$(date +%Y%m%d-%H%M%S)}
+BENCH_FRAMES=${BENCH_FRAMES:-5000000}
+BENCH_SEEDS=${BENCH_SEEDS:-3}
+BENCH_REPLAY=${BENCH_REPLAY:-0.5}
+BENCH_GAMES=${BENCH_GAMES:-breakout asterix freeway seaquest space_invaders}
+PONG_FRAMES=${PONG_FRAMES:-20000000}
+parts=("$@")
+[ ${#parts[@]} -eq 0 ] && parts=(minatar cartpole pong)
+bin=build/tools/stampede
+[ -x "$bin" ] || tools/build.sh
+mkdir -p "$BENCH_DIR"
+echo "bench_learning: ${parts[*]} into $BENCH_DIR"
+for part in "${parts[@]}"; do
+  case "$part" in
+    minatar)
+      for g in $BENCH_GAMES; do
+        "$bin" sweep "configs/minatar/$g.textproto" --grid "learner.replay.fraction=0,$BENCH_REPLAY" \
+          --seeds "$BENCH_SEEDS" --set "stop.total_env_frames=$BENCH_FRAMES" --dir "$BENCH_DIR/minatar-$g" || true
+      done ;;
+    cartpole)
+      "$bin" sweep configs/cartpole.textproto --seeds 5 --set stop.total_env_frames=1000000 \
+        --dir "$BENCH_DIR/cartpole" || true ;;
+    pong)
+      "$bin" sweep configs/atari_pong.textproto --seeds 1 --set "stop.total_env_frames=$PONG_FRAMES" \
+        --target 18 --dir "$BENCH_DIR/pong" || true ;;
+    *) echo "bench_learning: unknown part $part (minatar, cartpole, pong)" >&2; exit 2 ;;
+  esac
+done
+py=.venv/bin/python
+[ -x "$py" ] || py=python3
+"$py" tools/bench_learning_report.py "$BENCH_DIR"
