@@ -838,6 +838,47 @@ TEST_CASE("fleet: CartPole with the shipped config (replay) reaches 475 within 0
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
 
+TEST_CASE("fleet: stampede sweep runs every grid point x seed and tabulates them", "[fleet][sweep]") {
+  const std::string dir = FreshRunDir("sweep");
+  Proc p = Start({"sweep", "configs/catch.textproto", "--grid", "learner.batch_size=8,16", "--seeds", "2", "--parallel",
+                  "2", "--dir", dir, "--set", "stop.total_env_frames=150000", "--target", "0.5"},
+                 dir + ".out");
+  const int code = Wait(p, std::chrono::seconds(180));
+  const std::string out = Slurp(p.output_path);
+  INFO(out);
+  REQUIRE(code == 0);
+  // One CSV row per run, with its grid value, seed and a run directory holding its summary.
+  std::ifstream csv(dir + "/sweep.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  CHECK(header.find("learner.batch_size") != std::string::npos);
+  std::map<std::string, int> per_value;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    std::stringstream ss(line);
+    std::vector<std::string> f;
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    REQUIRE(f.size() == 10);
+    ++per_value[f[2]];
+    CHECK(f[8] == "0");  // exit code
+    const json summary = json::parse(Slurp(f[9] + "/summary.json"));
+    CHECK(summary["env_frames"].get<long long>() >= 150000);
+    CHECK(std::stod(f[3]) == Approx(summary["mean_return_100"].get<double>()).margin(0.5));
+  }
+  CHECK(rows == 4);
+  CHECK(per_value["8"] == 2);
+  CHECK(per_value["16"] == 2);
+  const std::string md = Slurp(dir + "/sweep.md");
+  CHECK_THAT(md, Catch::Contains("| point | learner.batch_size | final | best | frames to target | reached | frames/s |"));
+  // A grid without values is refused before anything runs.
+  Proc bad = Start({"sweep", "configs/catch.textproto", "--grid", "learner.batch_size=", "--dir", dir + "_bad"},
+                   dir + ".bad.out");
+  CHECK(Wait(bad, std::chrono::seconds(20)) == 2);
+  CHECK_THAT(Slurp(dir + ".bad.out"), Catch::Contains("expected field=v1,v2"));
+  CHECK_FALSE(fs::exists(dir + "_bad"));
+}
+
 TEST_CASE("fleet: MinAtar Breakout (C++ game, shipped config) passes a mean return of 3 within 1M frames",
           "[fleet][minatar]") {
   // A random policy scores about 0.4; the shipped config reaches about 8 at 1M frames

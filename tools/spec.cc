@@ -224,7 +224,19 @@ bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
     const double T = cfg.actors().unroll_length(), B = cfg.learner().batch_size();
     // The queue holds unrolls; each trajectory brings actors.envs_per_actor of them.
     const double queued = std::ceil(double(cfg.learner().queue_capacity()) / cfg.actors().envs_per_actor()) + 1;
-    const double learner = 4 * param_bytes + queued * double(trajectory) +
+    // Replay: the table keeps the received trajectories its unrolls came in. Oldest-first
+    // removal lets a trajectory's unrolls go together; with max_times_sampled one
+    // surviving unroll can hold its whole trajectory (the worst case is counted).
+    const auto& rc = cfg.learner().replay();
+    double table = 0;
+    if (rc.fraction() > 0) {
+      double unrolls = double(rc.capacity());
+      const double unroll_bytes = double(wire::TrajectoryBytes(int(T), 1, shape));
+      if (rc.max_bytes() > 0) unrolls = std::min(unrolls, std::ceil(double(rc.max_bytes()) / unroll_bytes));
+      const double held = rc.max_times_sampled() > 0 ? unrolls : std::ceil(unrolls / cfg.actors().envs_per_actor()) + 1;
+      table = held * double(trajectory);
+    }
+    const double learner = 4 * param_bytes + queued * double(trajectory) + table +
                            2 * double(wire::TrajectoryBytes(int(T), int(B), shape));
     const double ps = param_bytes * cfg.ps().versions_kept();
     const double actors = cfg.actors().num_actors() * (2 * param_bytes + 2 * double(trajectory));
@@ -234,11 +246,11 @@ bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
       char buf[512];
       std::snprintf(buf, sizeof buf,
                     "the fleet needs at least %.1f GiB of memory (learner %.1f: parameters, optimizer state, "
-                    "learner.queue_capacity %d unrolls in %.0f trajectories of %.2f MiB; PS %.1f: ps.versions_kept %d versions; "
-                    "actors %.1f) but this machine has %.1f GiB",
+                    "learner.queue_capacity %d unrolls in %.0f trajectories of %.2f MiB, learner.replay table %.1f; "
+                    "PS %.1f: ps.versions_kept %d versions; actors %.1f) but this machine has %.1f GiB",
                     need / (1 << 30), learner / (1 << 30), cfg.learner().queue_capacity(), queued,
-                    double(trajectory) / (1 << 20), ps / (1 << 30), cfg.ps().versions_kept(), actors / (1 << 30),
-                    machine / (1 << 30));
+                    double(trajectory) / (1 << 20), table / (1 << 30), ps / (1 << 30), cfg.ps().versions_kept(),
+                    actors / (1 << 30), machine / (1 << 30));
       *error = buf;
       return false;
     }
