@@ -187,8 +187,13 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
     CHECK(a["lag_max"].get<long long>() < 100);  // about 20 here; 1000 is the stale bound
     CHECK(a["fetcher_resets"].get<long long>() == 0);
     CHECK(a["trajectories"].get<long long>() > 100);
-    // Close to the learner's last step.
-    CHECK(summary["learner_steps"].get<long long>() - a["policy_version"].get<long long>() < 100);
+    // Its parameters follow what its fetcher heard of (nothing frozen) ...
+    CHECK(a["newest_heard_version"].get<long long>() - a["policy_version"].get<long long>() < 100);
+    // ... and stay within the stale bound of the learner's last step. The learner goes on
+    // training the queued trajectories after the actors stop, so this gap grows with the
+    // queue and the machine's load (117 once on a loaded CI machine): only the bound that
+    // the actor watch enforces is a property of the run.
+    CHECK(summary["learner_steps"].get<long long>() - a["policy_version"].get<long long>() < 1000);
   }
   CHECK(summary["actors"].size() == 2);
   CHECK(last["worst_actor_lag"].get<long long>() >= 0);
