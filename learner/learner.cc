@@ -53,6 +53,7 @@ LossOptions LossOptionsFrom(const config::Config& cfg) {
   lo.reward_clip = lc.reward_clip();
   lo.reward_scale = lc.reward_scale();
   lo.popart = lc.popart();
+  lo.normalize_advantages = lc.normalize_advantages();
   if (lc.replay().fraction() > 0) {
     lo.entropy_online_only = lc.replay().entropy_online_only();
     lo.trust_region_kl = lc.replay().trust_region_kl();
@@ -81,6 +82,7 @@ net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg) {
   o.bootstrap_on_truncation = lo.bootstrap_on_truncation;
   o.reward_clip = lo.reward_clip;
   o.reward_scale = lo.reward_scale;
+  o.normalize_advantages = lo.normalize_advantages;
   o.max_grad_norm = lc.max_grad_norm();
   o.rms_decay = float(lc.optimizer().decay());
   o.rms_momentum = float(lc.optimizer().momentum());

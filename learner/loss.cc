@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "net/distribution.h"
+#include "net/kernel_math.h"
 #include "wire/trace.h"
 
 namespace stampede::learner {
@@ -128,23 +129,39 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
   const bool any_replayed = !batch.replayed.empty();
   std::vector<float> current(P);
   double entropy_bonus_sum = 0;  // over the steps that get the entropy bonus
+  // The steps in the loss: not an env reset (no transition there), and not a replayed step
+  // outside LASER's trust region.
+  std::vector<uint8_t> kept(size_t(TB), 0);
+  double adv_sum = 0, adv_sum_sq = 0, adv_n = 0;  // moments over the kept steps
   for (int i = 0; i < TB; ++i) {
-    if (!batch.valid[i]) continue;  // an env reset, not a transition: no loss, no gradient
-    const int b = i % B, k = V == 1 ? 0 : batch.tasks[size_t(b)];
-    const S* out = &f.policy[size_t(i) * P];
-    const bool replayed = any_replayed && batch.replayed[size_t(b)];
-    if (replayed && opt.trust_region_kl > 0) {
+    if (!batch.valid[i]) continue;
+    const int b = i % B;
+    if (any_replayed && batch.replayed[size_t(b)] && opt.trust_region_kl > 0) {
+      const S* out = &f.policy[size_t(i) * P];
       for (int j = 0; j < P; ++j) current[size_t(j)] = float(out[j]);
       if (PolicyKl(pol, &batch.behaviour_logits[size_t(i) * P], current.data()) > opt.trust_region_kl) {
         ++st.trust_region_dropped;
         continue;
       }
     }
+    kept[size_t(i)] = 1;
+    const double a = double(tg.pg_advantages[i]);
+    adv_sum += a;
+    adv_sum_sq += a * a;
+    adv_n += 1;
+  }
+  for (int i = 0; i < TB; ++i) {
+    if (!kept[size_t(i)]) continue;
+    const int b = i % B, k = V == 1 ? 0 : batch.tasks[size_t(b)];
+    const S* out = &f.policy[size_t(i) * P];
+    const bool replayed = any_replayed && batch.replayed[size_t(b)];
     ++counted;
     const double w = batch.weights.empty() ? 1.0 : double(batch.weights[size_t(b)]);
     const double entropy_cost = replayed && opt.entropy_online_only ? 0.0 : opt.entropy_cost;
     ActionRow(batch, i, K, action);
-    const double adv = w * double(tg.pg_advantages[i]);
+    const double raw_adv = double(tg.pg_advantages[i]);
+    const double adv =
+        w * (opt.normalize_advantages ? net::StandardisedAdvantage(raw_adv, adv_sum, adv_sum_sq, adv_n) : raw_adv);
     st.pg_loss += -adv * net::PolicyLogProb(pol, out, action);
     const double h = net::PolicyEntropy(pol, out);
     entropy_sum += h;

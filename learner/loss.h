@@ -32,6 +32,8 @@ struct LossOptions {
   // this is left out of the loss (0: off; categorical and multi-discrete policies).
   bool entropy_online_only = false;
   double trust_region_kl = 0;
+  // Standardise the policy-gradient advantages over the batch's counted steps.
+  bool normalize_advantages = false;
 };
 
 template <class S>

@@ -82,4 +82,14 @@ STAMPEDE_HD inline void VTraceColumn(int T, int B, int b, const S* log_rhos, con
   }
 }
 
+// One standardised advantage: (adv - mean) / std over the batch's counted steps, with
+// std = sqrt(sum_sq / n - mean^2) kept away from 0 (a batch of equal advantages gives
+// zeros, not NaNs). sum, sum_sq and n are the moments over those steps.
+STAMPEDE_HD inline double StandardisedAdvantage(double adv, double sum, double sum_sq, double n) {
+  if (n <= 0) return adv;
+  const double mean = sum / n;
+  const double var = sum_sq / n - mean * mean;
+  return (adv - mean) / sqrt(var > 1e-16 ? var : 1e-16);
+}
+
 }  // namespace stampede::net

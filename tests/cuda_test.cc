@@ -112,8 +112,11 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
   std::string why;
   if (net::cuda::DeviceCount(&why) == 0) testing::Skip("needs a CUDA device: " + why);
   const int T = 5, B = 4;
+  int index = 0;
   for (const Case& c : Cases()) {
-    INFO(c.name);
+    // Every other network also standardises its advantages (learner.normalize_advantages).
+    const bool normalize = index++ % 2 == 1;
+    INFO(c.name << (normalize ? ", advantages standardised" : ""));
     auto cpu = net::MakeCpuModel<float>(c.spec);
     const int64_t N = cpu->layout().total_size();
     std::vector<float> params(N);
@@ -126,12 +129,14 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     lo.discount = 0.97;
     lo.entropy_cost = 0.02;
     lo.reward_clip = 1.5;
+    lo.normalize_advantages = normalize;
     net::cuda::TrainerOptions to;
     to.unroll_length = T;
     to.batch_size = B;
     to.discount = lo.discount;
     to.entropy_cost = lo.entropy_cost;
     to.reward_clip = lo.reward_clip;
+    to.normalize_advantages = normalize;
     to.max_grad_norm = 1.0;  // small: the clip engages
     std::string error;
     auto gpu = net::cuda::Trainer::Create(c.spec, 0, to, &error);

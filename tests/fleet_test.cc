@@ -563,7 +563,10 @@ TEST_CASE("fleet: 2 learners x 3 shards x 4 actors learn Catch in sync and in as
       REQUIRE(code == 0);
       const json summary = json::parse(Slurp(run_dir + "/summary.json"));
       CHECK(summary["stop_reason"] == "target return reached");
-      CHECK(summary["mean_return_100"].get<double>() >= 0.9);
+      // The 100-episode mean passed 0.9; episodes that end while the roles stop still
+      // count, so the final mean can sit a little lower (0.87 once in async mode).
+      CHECK(summary["frames_to_target"].get<long long>() > 0);
+      CHECK(summary["mean_return_100"].get<double>() >= 0.8);
       REQUIRE(summary["learners"].size() == 2);
       for (const auto& [index, l] : summary["learners"].items()) CHECK(l["env_frames"].get<int64_t>() > 0);
       REQUIRE(summary["ps"].size() == 3);
@@ -912,6 +915,23 @@ TEST_CASE("fleet: CartPole through the gymnasium bridge reaches 475 within 3M fr
   const long long reached = summary["frames_to_target"].get<long long>();
   CHECK(reached > 0);
   CHECK(reached <= 3000000);
+  CheckNoneLeft(Spawned(Metrics(run_dir)));
+}
+
+TEST_CASE("fleet: Acrobot (shipped config) reaches -100 within 0.5M frames", "[fleet][python]") {
+  // About 0.1M frames here (3 of 3 seeds); a random policy stays near -500.
+  RequireVenv("gymnasium");
+  const std::string run_dir = FreshRunDir("acrobot");
+  Proc p = Start({"run", "configs/acrobot.textproto", "--run-dir", run_dir, "--set", "stop.stop_at_target=true"},
+                 run_dir + ".out");
+  const int code = Wait(p, std::chrono::seconds(200));
+  INFO(Slurp(p.output_path));
+  REQUIRE(code == 0);
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  const long long reached = summary["frames_to_target"].get<long long>();
+  CHECK(reached > 0);
+  CHECK(reached <= 500000);
+  CHECK(summary["mean_return_100"].get<double>() >= -100.0);
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
 

@@ -283,3 +283,74 @@ TEST_CASE("loss: replayed unrolls use their stored behaviour logits, importance 
     CHECK(learner::PolicyKl(pol, zb, zb) == Approx(0).margin(1e-12));
   }
 }
+
+TEST_CASE("loss: normalize_advantages standardises the advantages over the batch's valid steps", "[loss]") {
+  const auto spec = SmallSpec(net::Activation::kTanh);
+  const int T = 5, B = 4, A = 3;
+  learner::Batch batch = RandomBatch(T, B, 3, A, 17);
+  batch.valid[2] = 0;  // an env reset: not in the loss, not in the statistics
+  batch.valid[9] = 0;
+  auto model = net::MakeCpuModel<double>(spec);
+  auto& mlp = *model;
+  const int64_t N = mlp.layout().total_size();
+  std::vector<float> pf(N);
+  net::InitParams(spec, 4, pf);
+  std::vector<double> p(pf.begin(), pf.end());
+  for (auto& x : p) x *= 10;
+  learner::LossOptions opt;
+  opt.entropy_cost = 0.02;
+  opt.normalize_advantages = true;
+  // The baseline's gradient is checked above; here its huge loss would only drown the
+  // finite differences in rounding.
+  opt.baseline_cost = 0;
+  for (auto& r : batch.rewards) r = 37 * r - 100;  // far from unit scale
+  const auto targets = learner::ComputeTargets(mlp, p.data(), batch, opt);
+  std::vector<double> grad(N, 0.0);
+  const auto st = learner::LossAndGrad(mlp, p.data(), batch, targets, opt, grad.data());
+
+  // Mean and standard deviation of the raw advantages over the valid steps, then the
+  // policy-gradient loss with the standardised ones.
+  double sum = 0, n = 0;
+  for (int i = 0; i < T * B; ++i) {
+    if (batch.valid[i]) sum += targets.pg_advantages[i], n += 1;
+  }
+  const double mean = sum / n;
+  double var = 0;
+  for (int i = 0; i < T * B; ++i) {
+    if (batch.valid[i]) var += (targets.pg_advantages[i] - mean) * (targets.pg_advantages[i] - mean) / n;
+  }
+  REQUIRE(std::sqrt(var) > 1);  // the raw advantages are far from standard
+  std::vector<double> logits((T + 1) * B * A), values((T + 1) * B);
+  mlp.Step(p.data(), batch.observations.data(), (T + 1) * B, nullptr, nullptr, nullptr, logits.data(),
+           values.data());
+  double pg = 0;
+  for (int i = 0; i < T * B; ++i) {
+    if (!batch.valid[i]) continue;
+    double z = 0;
+    for (int j = 0; j < A; ++j) z += std::exp(logits[i * A + j]);
+    pg -= (targets.pg_advantages[i] - mean) / std::sqrt(var) * (logits[i * A + batch.actions[i]] - std::log(z));
+  }
+  CHECK(st.pg_loss == Approx(pg).epsilon(1e-9));
+
+  // The gradient is still the loss's (the statistics are constants, as the targets are).
+  const double eps = 1e-6;
+  for (int64_t k = 0; k < N; ++k) {
+    std::vector<double> q = p;
+    q[k] = p[k] + eps;
+    const double up = learner::LossAndGrad(mlp, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
+    q[k] = p[k] - eps;
+    const double down = learner::LossAndGrad(mlp, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
+    INFO("parameter " << k << " of " << N);
+    CHECK(grad[k] == Approx((up - down) / (2 * eps)).margin(1e-5).epsilon(1e-4));
+  }
+
+  // An affine change of every advantage (50 a + 3, a reward scale and offset) leaves the
+  // gradient unchanged (with baseline_cost 0 the whole gradient is the policy's).
+  auto t1 = learner::ComputeTargets(mlp, p.data(), batch, opt);
+  auto t2 = t1;
+  for (auto& a : t2.pg_advantages) a = 50 * a + 3;
+  std::vector<double> g1(N, 0.0), g2(N, 0.0);
+  learner::LossAndGrad(mlp, p.data(), batch, t1, opt, g1.data());
+  learner::LossAndGrad(mlp, p.data(), batch, t2, opt, g2.data());
+  for (int64_t k = 0; k < N; ++k) CHECK(g2[k] == Approx(g1[k]).margin(1e-9));
+}

@@ -546,10 +546,22 @@ __global__ void VTraceKernel(int T, int B, VTraceClips clips, const float* log_r
   VTraceColumn(T, B, b, log_rhos, discounts, rewards, values, values + int64_t(T) * B, clips, vs, pg_adv);
 }
 
-// stats: [pg_loss, baseline_loss (before the cost), entropy sum, counted]
+// moments: [sum, sum of squares, count] of the advantages over the valid steps.
+__global__ void AdvantageMoments(int TB, const uint8_t* valid, const float* pg_adv, double* moments) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= TB || !valid[i]) return;
+  const double a = pg_adv[i];
+  atomicAdd(&moments[0], a);
+  atomicAdd(&moments[1], a * a);
+  atomicAdd(&moments[2], 1.0);
+}
+
+// stats: [pg_loss, baseline_loss (before the cost), entropy sum, counted]; moments: the
+// advantages' (AdvantageMoments) to standardise them, or null.
 __global__ void LossKernel(int TB, int B, LossParams lp, const float* policy, const float* values,
                            const int32_t* actions, const float* box_actions, const uint8_t* valid,
-                           const float* vs, const float* pg_adv, float* dpolicy, float* dvalues, double* stats) {
+                           const float* vs, const float* pg_adv, const double* moments, float* dpolicy,
+                           float* dvalues, double* stats) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   const int P = lp.policy.output_size(), K = lp.policy.action_size();
   if (i >= TB + B) return;
@@ -562,7 +574,8 @@ __global__ void LossKernel(int TB, int B, LossParams lp, const float* policy, co
   float a[kMaxActionComponents];
   ActionRow(actions, box_actions, i, K, a);
   const float* out = policy + int64_t(i) * P;
-  const double adv = pg_adv[i];
+  const double adv =
+      moments ? StandardisedAdvantage(pg_adv[i], moments[0], moments[1], moments[2]) : double(pg_adv[i]);
   const double err = double(values[i]) - double(vs[i]);
   atomicAdd(&stats[0], -adv * PolicyLogProb(lp.policy, out, a));
   atomicAdd(&stats[1], 0.5 * err * err);
@@ -619,7 +632,7 @@ class CudaTrainer : public Trainer {
     first_.Resize(rows_);
     const int64_t TB = int64_t(T) * B;
     log_rhos_.Resize(TB), discounts_.Resize(TB), rewards_.Resize(TB), vs_.Resize(TB), pg_adv_.Resize(TB);
-    stats_.Resize(5);
+    stats_.Resize(8);  // loss stats [0, 4), gradient norm [4], advantage moments [5, 8)
     STAMPEDE_CUDA_CHECK(cudaMallocHost(&host_stats_, 5 * sizeof(double)));
     // The staged batch: one packed buffer, pinned on the host, twice on the device.
     const size_t obs_bytes = size_t(rows_) * D * (spec_.uint8_obs ? 1 : 4);
@@ -872,9 +885,15 @@ class CudaTrainer : public Trainer {
     VTraceKernel<<<Blocks(B, 64), 64, 0, ctx_.stream>>>(T, B, opt_.clips, log_rhos_.get(), discounts_.get(),
                                                         rewards_.get(), values_.get(), vs_.get(), pg_adv_.get());
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get(), 0, 4 * sizeof(double), ctx_.stream));
+    const double* moments = nullptr;
+    if (opt_.normalize_advantages) {
+      STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 5, 0, 3 * sizeof(double), ctx_.stream));
+      AdvantageMoments<<<Blocks(TB), 256, 0, ctx_.stream>>>(TB, valid, pg_adv_.get(), stats_.get() + 5);
+      moments = stats_.get() + 5;
+    }
     LossKernel<<<Blocks(TB + B), 256, 0, ctx_.stream>>>(TB, B, lp, policy_.get(), values_.get(), actions, box, valid,
-                                                        vs_.get(), pg_adv_.get(), dpolicy_.get(), dvalues_.get(),
-                                                        stats_.get());
+                                                        vs_.get(), pg_adv_.get(), moments, dpolicy_.get(),
+                                                        dvalues_.get(), stats_.get());
     // Backward, through two scratch buffers wide enough for any layer's input.
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(grad_.get(), 0, sizeof(float) * layout_.total_size(), ctx_.stream));
     const int F = feature_;

@@ -35,6 +35,7 @@ struct TrainerOptions {
   bool bootstrap_on_truncation = true;
   double reward_clip = 0;
   double reward_scale = 1;
+  bool normalize_advantages = false;  // standardise the advantages over the batch
   double max_grad_norm = 40;  // <= 0: no clipping
   float rms_decay = 0.99f, rms_momentum = 0.f, rms_epsilon = 0.01f;
   // Let cuDNN use TF32 tensor cores for convolutions (PyTorch's default); off gives
