@@ -4,12 +4,13 @@
 #     frames each (5M), BENCH_SEEDS seeds (3), with replay off and with
 #     learner.replay.fraction BENCH_REPLAY (0.5);
 #   - CartPole (configs/cartpole.textproto): frames to 475, 5 seeds;
+#   - Acrobot (configs/acrobot.textproto): 0.5M frames, frames to -100, 3 seeds;
 #   - Atari Pong (configs/atari_pong.textproto): PONG_FRAMES (20M) frames, 1 seed, frames to 18.
 # Each part is a `stampede sweep` under BENCH_DIR (runs/bench-learning-<time>); then
 # tools/bench_learning_report.py writes BENCH_DIR/learning.md (mean +- std beside the
 # MinAtar paper's DQN and AC(lambda) at 5M frames, CleanRL's PPO on CartPole and Pong) and
 # learning.png (the curves, the published figures as reference lines).
-#   tools/bench_learning.sh [minatar] [cartpole] [pong]     (default: all three)
+#   tools/bench_learning.sh [minatar] [cartpole] [acrobot] [pong]     (default: all four)
 # BENCH_GAMES limits MinAtar to some games ("breakout seaquest"). About 6 hours here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,7 @@ BENCH_REPLAY=${BENCH_REPLAY:-0.5}
 BENCH_GAMES=${BENCH_GAMES:-breakout asterix freeway seaquest space_invaders}
 PONG_FRAMES=${PONG_FRAMES:-20000000}
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(minatar cartpole pong)
+[ ${#parts[@]} -eq 0 ] && parts=(minatar cartpole acrobot pong)
 bin=build/tools/stampede
 [ -x "$bin" ] || tools/build.sh
 mkdir -p "$BENCH_DIR"
@@ -35,10 +36,12 @@ for part in "${parts[@]}"; do
     cartpole)
       "$bin" sweep configs/cartpole.textproto --seeds 5 --set stop.total_env_frames=1000000 \
         --dir "$BENCH_DIR/cartpole" || true ;;
+    acrobot)
+      "$bin" sweep configs/acrobot.textproto --seeds 3 --target -100 --dir "$BENCH_DIR/acrobot" || true ;;
     pong)
       "$bin" sweep configs/atari_pong.textproto --seeds 1 --set "stop.total_env_frames=$PONG_FRAMES" \
         --target 18 --dir "$BENCH_DIR/pong" || true ;;
-    *) echo "bench_learning: unknown part $part (minatar, cartpole, pong)" >&2; exit 2 ;;
+    *) echo "bench_learning: unknown part $part (minatar, cartpole, acrobot, pong)" >&2; exit 2 ;;
   esac
 done
 py=.venv/bin/python

@@ -13,6 +13,7 @@ MINATAR = {  # game: (DQN, AC(lambda))
     "breakout": (10, 17.5), "asterix": (17, 19), "freeway": (50, 47.5),
     "seaquest": (20, 15), "space_invaders": (43, 185)}
 CLEANRL_CARTPOLE_FRAMES = 270000   # CleanRL PPO: frames to 475
+CLEANRL_ACROBOT = -85  # CleanRL PPO (and A2C): about -85 at 0.5M frames
 CLEANRL_PONG = [(13e6, 18.0), (40e6, 20.4)]  # CleanRL PPO: score at frames
 
 
@@ -88,6 +89,16 @@ if rows:
               f"reached in {reached} of {len(rows)} seeds; CleanRL PPO: {CLEANRL_CARTPOLE_FRAMES}."]
     for r in rows:
         curves.append(("cartpole", "shipped", curve(r["run_dir"]), [475]))
+rows = runs("acrobot")
+if rows:
+    ftt = [num(r["summary"].get("frames_to_target")) for r in rows]
+    reached = sum(1 for x in ftt if x and x > 0)
+    lines += ["", "## Acrobot-v1", "",
+              f"Final (0.5M frames): {stats([num(r['final_return_100']) for r in rows])}; frames to -100: "
+              f"{stats([x for x in ftt if x and x > 0])}, reached in {reached} of {len(rows)} seeds; "
+              f"CleanRL PPO: about {CLEANRL_ACROBOT} at 0.5M."]
+    for r in rows:
+        curves.append(("acrobot", "shipped", curve(r["run_dir"]), [CLEANRL_ACROBOT]))
 rows = runs("pong")
 if rows:
     r = rows[0]
