@@ -139,6 +139,24 @@ void CheckNoneLeft(const std::map<int, std::string>& spawned) {
     CHECK_FALSE(Alive(pid));
   }
 }
+
+// `stampede run ARGS --run-dir D` (D fresh, named after tag) must end with 0 and pass its
+// config's target within max_frames; returns D's summary.
+json RunReachingTarget(const std::string& tag, std::vector<std::string> args, std::chrono::seconds timeout,
+                       long long max_frames, std::string* run_dir_out) {
+  const std::string run_dir = FreshRunDir(tag);
+  args.insert(args.begin() + 2, {"--run-dir", run_dir});
+  Proc p = Start(args, run_dir + ".out");
+  const int code = Wait(p, timeout);
+  INFO(Slurp(p.output_path));
+  REQUIRE(code == 0);
+  json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  const long long reached = summary["frames_to_target"].get<long long>();
+  CHECK(reached > 0);
+  CHECK(reached <= max_frames);
+  *run_dir_out = run_dir;
+  return summary;
+}
 }  // namespace
 
 TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
@@ -825,16 +843,9 @@ TEST_CASE("fleet: a missing or mismatched plug-in stops the run before anything 
 }
 
 TEST_CASE("fleet: CartPole with the shipped config (replay) reaches 475 within 0.5M frames", "[fleet][replay]") {
-  const std::string run_dir = FreshRunDir("cartpole_shipped");
-  Proc p = Start({"run", "configs/cartpole.textproto", "--run-dir", run_dir, "--set", "stop.total_env_frames=500000"},
-                 run_dir + ".out");
-  const int code = Wait(p, std::chrono::seconds(120));
-  INFO(Slurp(p.output_path));
-  REQUIRE(code == 0);
-  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
-  const long long reached = summary["frames_to_target"].get<long long>();
-  CHECK(reached > 0);
-  CHECK(reached <= 500000);
+  std::string run_dir;
+  RunReachingTarget("cartpole_shipped", {"run", "configs/cartpole.textproto", "--set", "stop.total_env_frames=500000"},
+                    std::chrono::seconds(120), 500000, &run_dir);
   // The replay table was used: every metrics row says so, and it filled.
   long long samples = 0;
   for (const auto& r : Metrics(run_dir)) {
@@ -906,31 +917,18 @@ TEST_CASE("fleet: MinAtar Breakout (C++ game, shipped config) passes a mean retu
 
 TEST_CASE("fleet: CartPole through the gymnasium bridge reaches 475 within 3M frames", "[fleet][python]") {
   RequireVenv("gymnasium");
-  const std::string run_dir = FreshRunDir("cartpole_gym");
-  Proc p = Start({"run", "configs/cartpole_gym.textproto", "--run-dir", run_dir}, run_dir + ".out");
-  const int code = Wait(p, std::chrono::seconds(170));
-  INFO(Slurp(p.output_path));
-  REQUIRE(code == 0);
-  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
-  const long long reached = summary["frames_to_target"].get<long long>();
-  CHECK(reached > 0);
-  CHECK(reached <= 3000000);
+  std::string run_dir;
+  RunReachingTarget("cartpole_gym", {"run", "configs/cartpole_gym.textproto"}, std::chrono::seconds(170), 3000000,
+                    &run_dir);
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
 
 TEST_CASE("fleet: Acrobot (shipped config) reaches -100 within 0.5M frames", "[fleet][python]") {
   // About 0.1M frames here (3 of 3 seeds); a random policy stays near -500.
   RequireVenv("gymnasium");
-  const std::string run_dir = FreshRunDir("acrobot");
-  Proc p = Start({"run", "configs/acrobot.textproto", "--run-dir", run_dir, "--set", "stop.stop_at_target=true"},
-                 run_dir + ".out");
-  const int code = Wait(p, std::chrono::seconds(200));
-  INFO(Slurp(p.output_path));
-  REQUIRE(code == 0);
-  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
-  const long long reached = summary["frames_to_target"].get<long long>();
-  CHECK(reached > 0);
-  CHECK(reached <= 500000);
+  std::string run_dir;
+  const json summary = RunReachingTarget("acrobot", {"run", "configs/acrobot.textproto", "--set",
+                                         "stop.stop_at_target=true"}, std::chrono::seconds(200), 500000, &run_dir);
   CHECK(summary["mean_return_100"].get<double>() >= -100.0);
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }

@@ -23,6 +23,28 @@ net::ModelSpec SmallSpec(net::Activation act) {
   s.activation = act;
   return s;
 }
+
+// Checks grad against central finite differences of the loss's total for every parameter
+// (targets fixed: they are constants of the gradient); returns how many were checked.
+template <class Model>
+int64_t CheckAgainstFiniteDifferences(Model& mlp, const std::vector<double>& p, const learner::Batch& batch,
+                                      const learner::Targets<double>& targets, const learner::LossOptions& opt,
+                                      const std::vector<double>& grad) {
+  const double eps = 1e-6;
+  int64_t checked = 0;
+  for (size_t k = 0; k < p.size(); ++k) {
+    std::vector<double> q = p;
+    q[k] = p[k] + eps;
+    const double up = learner::LossAndGrad(mlp, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
+    q[k] = p[k] - eps;
+    const double down = learner::LossAndGrad(mlp, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
+    const double fd = (up - down) / (2 * eps);
+    INFO("parameter " << k << " of " << p.size());
+    CHECK(grad[k] == Approx(fd).margin(1e-5).epsilon(1e-4));
+    ++checked;
+  }
+  return checked;
+}
 }  // namespace
 
 TEST_CASE("loss: value equals the definition computed from the network outputs", "[loss]") {
@@ -82,20 +104,7 @@ TEST_CASE("loss: gradient matches finite differences for every parameter", "[los
       const auto targets = learner::ComputeTargets(mlp, p.data(), batch, opt);
       std::vector<double> grad(N, 0.0);
       learner::LossAndGrad(mlp, p.data(), batch, targets, opt, grad.data());
-      const double eps = 1e-6;
-      int checked = 0;
-      for (int64_t k = 0; k < N; ++k) {
-        std::vector<double> q = p;
-        q[k] = p[k] + eps;
-        const double up = learner::LossAndGrad(mlp, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
-        q[k] = p[k] - eps;
-        const double down = learner::LossAndGrad(mlp, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
-        const double fd = (up - down) / (2 * eps);
-        INFO("parameter " << k << " of " << N);
-        CHECK(grad[k] == Approx(fd).margin(1e-5).epsilon(1e-4));
-        ++checked;
-      }
-      CHECK(checked == N);
+      CHECK(CheckAgainstFiniteDifferences(mlp, p, batch, targets, opt, grad) == N);
     }
   }
 }
@@ -333,16 +342,7 @@ TEST_CASE("loss: normalize_advantages standardises the advantages over the batch
   CHECK(st.pg_loss == Approx(pg).epsilon(1e-9));
 
   // The gradient is still the loss's (the statistics are constants, as the targets are).
-  const double eps = 1e-6;
-  for (int64_t k = 0; k < N; ++k) {
-    std::vector<double> q = p;
-    q[k] = p[k] + eps;
-    const double up = learner::LossAndGrad(mlp, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
-    q[k] = p[k] - eps;
-    const double down = learner::LossAndGrad(mlp, q.data(), batch, targets, opt, static_cast<double*>(nullptr)).total;
-    INFO("parameter " << k << " of " << N);
-    CHECK(grad[k] == Approx((up - down) / (2 * eps)).margin(1e-5).epsilon(1e-4));
-  }
+  CHECK(CheckAgainstFiniteDifferences(mlp, p, batch, targets, opt, grad) == N);
 
   // An affine change of every advantage (50 a + 3, a reward scale and offset) leaves the
   // gradient unchanged (with baseline_cost 0 the whole gradient is the policy's).

@@ -48,6 +48,13 @@ def stats(values):
     return f"{statistics.mean(v):.1f} +- {sd:.1f} (median {statistics.median(v):.1f}, n={len(v)})"
 
 
+def reached_target(rows):
+    """(stats of the frames to the target over the seeds that reached it, how many did)."""
+    ftt = [num(r["summary"].get("frames_to_target")) for r in rows]
+    hit = [x for x in ftt if x and x > 0]
+    return stats(hit), len(hit)
+
+
 def curve(run_dir):
     xs, ys = [], []
     try:
@@ -82,20 +89,18 @@ for game, (dqn, ac) in MINATAR.items():
             curves.append((f"minatar {game}", f"replay {frac}", curve(r["run_dir"]), [dqn, ac]))
 rows = runs("cartpole")
 if rows:
-    ftt = [num(r["summary"].get("frames_to_target")) for r in rows]
-    reached = sum(1 for x in ftt if x and x > 0)
+    frames, reached = reached_target(rows)
     lines += ["", "## CartPole-v1", "",
-              f"Frames to a 100-episode mean of 475: {stats([x for x in ftt if x and x > 0])}, "
+              f"Frames to a 100-episode mean of 475: {frames}, "
               f"reached in {reached} of {len(rows)} seeds; CleanRL PPO: {CLEANRL_CARTPOLE_FRAMES}."]
     for r in rows:
         curves.append(("cartpole", "shipped", curve(r["run_dir"]), [475]))
 rows = runs("acrobot")
 if rows:
-    ftt = [num(r["summary"].get("frames_to_target")) for r in rows]
-    reached = sum(1 for x in ftt if x and x > 0)
+    frames, reached = reached_target(rows)
     lines += ["", "## Acrobot-v1", "",
               f"Final (0.5M frames): {stats([num(r['final_return_100']) for r in rows])}; frames to -100: "
-              f"{stats([x for x in ftt if x and x > 0])}, reached in {reached} of {len(rows)} seeds; "
+              f"{frames}, reached in {reached} of {len(rows)} seeds; "
               f"CleanRL PPO: about {CLEANRL_ACROBOT} at 0.5M."]
     for r in rows:
         curves.append(("acrobot", "shipped", curve(r["run_dir"]), [CLEANRL_ACROBOT]))
