@@ -1,0 +1,409 @@
+// The coordinator's decisions (tools/coordinator/core.h) on a fake clock with a fake
+// launcher and recording sinks: no process, no socket, no sleep.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "tools/coordinator/core.h"
+#include "wire/zmq_util.h"
+
+namespace {
+
+using namespace stampede;
+using namespace stampede::tools::coord;
+using namespace std::chrono_literals;
+
+struct Call {
+  std::string what;  // "start", "term", "kill"
+  wire::Role role;
+  int index;
+  int restarts;
+};
+
+// Every process it starts gets the next id (1000, 1001, ...) as its pid.
+class FakeLauncher final : public Launcher {
+ public:
+  ProcessId Start(wire::Role role, int index, int restarts) override {
+    const ProcessId id = next_++;
+    who_[id] = {role, index};
+    calls.push_back({"start", role, index, restarts});
+    return id;
+  }
+  void Terminate(ProcessId id) override { calls.push_back({"term", who_[id].first, who_[id].second, 0}); }
+  void Kill(ProcessId id) override { calls.push_back({"kill", who_[id].first, who_[id].second, 0}); }
+  int Pid(ProcessId id) const override { return int(id); }
+  std::string LogPath(wire::Role role, int index) const override {
+    return std::string("logs/") + wire::RoleName(role) + "-" + std::to_string(index) + ".log";
+  }
+  std::string LogTail(wire::Role, int, size_t) const override { return "the end of the log\n"; }
+
+  std::vector<Call> Take(const std::string& what) {
+    std::vector<Call> out;
+    for (const auto& c : calls) {
+      if (c.what == what) out.push_back(c);
+    }
+    calls.clear();
+    return out;
+  }
+  std::vector<Call> calls;
+
+ private:
+  ProcessId next_ = 1000;
+  std::map<ProcessId, std::pair<wire::Role, int>> who_;
+};
+
+class RecordingSinks final : public Sinks {
+ public:
+  void Say(const std::string& text) override { said += text; }
+  void Warn(const std::string& text) override { warned += text; }
+  void Metrics(const nlohmann::json& row) override { rows.push_back(row); }
+  void TensorBoard(int64_t, double, const Scalars&) override {}
+  void Summary(const nlohmann::json& s) override { summary = s; }
+  void Processes(const std::string& text) override { processes = text; }
+  void StopMessages(std::vector<wire::Control> s) override { stops = std::move(s); }
+  int Events(const std::string& name) const {
+    return int(std::count_if(rows.begin(), rows.end(), [&](const nlohmann::json& r) {
+      return r.contains("event") && r["event"] == name;
+    }));
+  }
+  std::string said, warned, processes;
+  std::vector<nlohmann::json> rows;
+  nlohmann::json summary;
+  std::vector<wire::Control> stops;
+};
+
+config::Config TestConfig(int learners = 1, int shards = 1) {
+  config::Config cfg;
+  cfg.set_run_dir("/nonexistent/run");
+  cfg.mutable_actors()->set_num_actors(2);
+  cfg.mutable_actors()->set_envs_per_actor(4);
+  cfg.mutable_actors()->set_unroll_length(10);
+  cfg.mutable_env()->mutable_resolved_spec()->set_frames_per_step(1);
+  cfg.mutable_learner()->set_num_learners(learners);
+  cfg.mutable_learner()->set_queue_capacity(8);
+  cfg.mutable_ps()->set_num_shards(shards);
+  cfg.mutable_stop()->set_total_env_frames(1000000);
+  auto* c = cfg.mutable_coordinator();
+  c->set_max_restarts(2);
+  c->set_restart_backoff_s(0.5);
+  c->set_max_actor_restarts(1);
+  c->set_stall_timeout_s(20);
+  c->set_heartbeat_timeout_s(5);
+  c->set_shutdown_grace_s(10);
+  c->set_progress_interval_s(1000);  // no progress rows unless a test asks
+  return cfg;
+}
+
+// A core with its fake launcher and sinks, its clock at `t`.
+struct Fixture {
+  explicit Fixture(config::Config cfg, bool standalone = false) {
+    CoreOptions opt;
+    opt.quiet = true;
+    opt.standalone = standalone;
+    core = std::make_unique<Core>(cfg, opt, &launcher, &sinks, &result, t, 1.7e9);
+    core->Start(t);
+  }
+  void Advance(Clock::duration d) {
+    // Ticks every 100 ms, as the supervisor's timer does.
+    const auto end = t + d;
+    while (t < end) {
+      t += std::min<Clock::duration>(Core::kTick, end - t);
+      core->OnTick(t);
+    }
+  }
+  // The local process of `role` `index`.
+  ProcessId Id(wire::Role role, int index) {
+    for (const auto& [key, p] : core->processes().all()) {
+      if (p.role == role && p.index == index) return p.id;
+    }
+    FAIL("no process " << wire::RoleName(role) << " " << index);
+    return -1;
+  }
+  void Exit(wire::Role role, int index, ExitStatus how = {true, 0, 0}) { core->OnExit(Id(role, index), how, 0, t); }
+  void Status(const wire::Status& s) { core->OnStatus(s.SerializeAsString(), "", t); }
+  // A status from the local process of `role` `index` (its pid as the launcher gave it).
+  wire::Status StatusOf(wire::Role role, int index) {
+    wire::Status s;
+    *s.mutable_sender() = wire::MakeSender(role, index, 1);
+    s.set_pid(int(Id(role, index)));
+    s.set_activity("working");
+    return s;
+  }
+  void ActorMade(int actor, int64_t frames) {
+    auto s = StatusOf(wire::ROLE_ACTOR, actor);
+    s.set_actor_frames(frames);
+    Status(s);
+  }
+  void Learner(int index, int64_t frames, int64_t steps) {
+    auto s = StatusOf(wire::ROLE_LEARNER, index);
+    s.set_env_frames(frames);
+    s.set_learner_steps(steps);
+    Status(s);
+  }
+  Clock::time_point t = Clock::time_point{} + 1000s;
+  FakeLauncher launcher;
+  RecordingSinks sinks;
+  tools::RunResult result;
+  std::unique_ptr<Core> core;
+};
+
+std::vector<std::string> Names(const std::vector<Call>& calls) {
+  std::vector<std::string> out;
+  for (const auto& c : calls) out.push_back(std::string(wire::RoleName(c.role)) + " " + std::to_string(c.index));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("coordinator: starts the shards, then the learners, then the actors", "[coordinator]") {
+  Fixture f(TestConfig(2, 2));
+  CHECK(Names(f.launcher.Take("start")) ==
+        std::vector<std::string>{"ps 0", "ps 1", "learner 0", "learner 1", "actor 0", "actor 1"});
+  CHECK(f.sinks.processes.find("learner 1 1003") != std::string::npos);
+  CHECK(f.sinks.Events("spawn") == 6);
+  CHECK(f.sinks.Events("start") == 1);
+}
+
+TEST_CASE("coordinator: a standalone coordinator starts nothing and learns its processes from their statuses",
+          "[coordinator]") {
+  Fixture f(TestConfig(), /*standalone=*/true);
+  CHECK(f.launcher.calls.empty());
+  wire::Status s;
+  *s.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 0, 1);
+  s.set_pid(77);
+  s.set_activity("stepping");
+  f.Status(s);
+  CHECK(f.core->processes().Alive(wire::ROLE_ACTOR) == 1);
+  // Silent past the heartbeat timeout: reported once, no longer counted, not killed.
+  f.Advance(6s);
+  CHECK(f.core->processes().Alive(wire::ROLE_ACTOR) == 0);
+  CHECK(f.sinks.Events("silent") == 1);
+  CHECK(f.launcher.Take("kill").empty());
+}
+
+TEST_CASE("coordinator: a crashed actor is restarted at once, within max_actor_restarts", "[coordinator]") {
+  Fixture f(TestConfig());
+  f.launcher.Take("start");
+  f.Exit(wire::ROLE_ACTOR, 1, {false, 0, 9});
+  CHECK(Names(f.launcher.Take("start")) == std::vector<std::string>{"actor 1"});
+  CHECK(f.sinks.warned.find("actor 1 (pid 1003) was killed by signal 9; restarted as pid 1004") != std::string::npos);
+  CHECK(f.sinks.warned.find("the end of the log") != std::string::npos);
+  CHECK_FALSE(f.core->stopping());
+  // The budget (1) is spent: the next crash stops the run with exit 1.
+  f.Exit(wire::ROLE_ACTOR, 0, {true, 1, 0});
+  CHECK(f.launcher.Take("start").empty());
+  CHECK(f.core->stopping());
+  CHECK(f.result.exit_code == 1);
+}
+
+TEST_CASE("coordinator: a crashed learner is restarted after a doubling backoff, within max_restarts",
+          "[coordinator]") {
+  Fixture f(TestConfig());
+  f.launcher.Take("start");
+  f.Exit(wire::ROLE_LEARNER, 0, {false, 0, 9});
+  f.Advance(400ms);
+  CHECK(f.launcher.Take("start").empty());  // backoff 0.5 s
+  f.Advance(200ms);
+  auto started = f.launcher.Take("start");
+  REQUIRE(started.size() == 1);
+  CHECK(started[0].role == wire::ROLE_LEARNER);
+  CHECK(started[0].restarts == 1);  // told it is a restart (it restores its checkpoint)
+  // Second crash: 1 s backoff.
+  f.Exit(wire::ROLE_LEARNER, 0, {true, 1, 0});
+  f.Advance(900ms);
+  CHECK(f.launcher.Take("start").empty());
+  f.Advance(200ms);
+  started = f.launcher.Take("start");
+  REQUIRE(started.size() == 1);
+  CHECK(started[0].restarts == 2);
+  // The budget (2) is spent: the third crash stops the run.
+  f.Exit(wire::ROLE_LEARNER, 0, {false, 0, 11});
+  CHECK(f.core->stopping());
+  CHECK(f.result.exit_code == 1);
+  CHECK(f.sinks.warned.find("its restart budget (coordinator.max_restarts = 2) is spent") != std::string::npos);
+  f.Advance(5s);
+  CHECK(f.launcher.Take("start").empty());
+}
+
+TEST_CASE("coordinator: a shard that refused its input (exit 2) is not restarted", "[coordinator]") {
+  Fixture f(TestConfig());
+  f.launcher.Take("start");
+  f.Exit(wire::ROLE_PS, 0, {true, 2, 0});
+  CHECK(f.core->stopping());
+  CHECK(f.result.exit_code == 1);
+  f.Advance(3s);
+  CHECK(f.launcher.Take("start").empty());
+}
+
+TEST_CASE("coordinator: a stop goes actors and other learners, then the chief, then the shards", "[coordinator]") {
+  Fixture f(TestConfig(2, 2));
+  f.launcher.Take("start");
+  f.core->RequestStop("test", 0, f.t);
+  auto stage = Names(f.launcher.Take("term"));
+  std::sort(stage.begin(), stage.end());
+  CHECK(stage == std::vector<std::string>{"actor 0", "actor 1", "learner 1"});
+  // The control messages carry the same stage for processes started elsewhere.
+  std::vector<std::string> msgs;
+  for (const auto& c : f.sinks.stops) msgs.push_back(std::string(wire::RoleName(c.stop_role())) + " " + std::to_string(c.stop_index()));
+  CHECK(msgs == std::vector<std::string>{"actor -1", "learner 1"});
+  f.Exit(wire::ROLE_ACTOR, 0);
+  f.Exit(wire::ROLE_ACTOR, 1);
+  f.launcher.Take("term");  // the same stage again: a second SIGTERM changes nothing
+  f.Exit(wire::ROLE_LEARNER, 1);
+  stage = Names(f.launcher.Take("term"));
+  CHECK(stage == std::vector<std::string>{"learner 0"});
+  f.Exit(wire::ROLE_LEARNER, 0);
+  stage = Names(f.launcher.Take("term"));
+  CHECK(stage == std::vector<std::string>{"ps 0", "ps 1"});
+  CHECK_FALSE(f.core->finished());
+  f.Exit(wire::ROLE_PS, 0);
+  f.Exit(wire::ROLE_PS, 1);
+  CHECK(f.core->finished());
+  CHECK(f.result.exit_code == 0);
+  CHECK(f.sinks.summary["stop_reason"] == "test");
+  CHECK(f.sinks.summary["exit_code"] == 0);
+}
+
+TEST_CASE("coordinator: a learner that fails on its way out fails the run; the grace ends in SIGKILL",
+          "[coordinator]") {
+  Fixture f(TestConfig());
+  f.launcher.Take("start");
+  f.core->RequestStop("budget", 0, f.t);
+  f.Exit(wire::ROLE_ACTOR, 0);
+  f.Exit(wire::ROLE_ACTOR, 1);
+  f.Exit(wire::ROLE_LEARNER, 0, {true, 1, 0});
+  CHECK(f.result.exit_code == 1);
+  // The shard does not exit: past shutdown_grace_s it is killed.
+  f.launcher.Take("term");
+  f.Advance(9s);
+  CHECK(f.launcher.Take("kill").empty());
+  f.Advance(2s);
+  CHECK(Names(f.launcher.Take("kill")) == std::vector<std::string>{"ps 0"});
+  f.Exit(wire::ROLE_PS, 0, {false, 0, 9});
+  CHECK(f.core->finished());
+  CHECK(f.sinks.summary["exit_code"] == 1);
+}
+
+TEST_CASE("coordinator: the frame budget stops the run once a believable status reaches it", "[coordinator]") {
+  auto cfg = TestConfig();
+  cfg.mutable_stop()->set_total_env_frames(5000);
+  Fixture f(cfg);
+  f.ActorMade(0, 2400);
+  f.ActorMade(1, 2400);
+  f.Learner(0, 4000, 10);
+  CHECK_FALSE(f.core->stopping());
+  CHECK(f.core->learners().merged.env_frames() == 4000);
+  f.Learner(0, 5200, 13);
+  CHECK(f.core->stopping());
+  CHECK(f.result.exit_code == 0);
+  CHECK(f.sinks.warned.empty());  // quiet, exit 0: nothing on stderr
+}
+
+TEST_CASE("coordinator: a learner status ahead of the actors is held, applied once they vouch for it",
+          "[coordinator]") {
+  Fixture f(TestConfig());
+  f.ActorMade(0, 1000);
+  f.ActorMade(1, 1000);
+  // Bound: made 2000 + unreported (2 x (min(1000, 64 x 40) + 40)) + peak 0 + in flight
+  // 40 x (8/4 + 4 + 8) = 560: 4640. 10k is beyond it.
+  f.Learner(0, 10000, 50);
+  CHECK(f.core->learners().merged.env_frames() == 0);
+  f.Advance(1s);
+  f.ActorMade(0, 5000);
+  f.ActorMade(1, 5000);
+  CHECK(f.core->learners().merged.env_frames() == 10000);
+  CHECK(f.core->implausible_statuses() == 0);
+}
+
+TEST_CASE("coordinator: a learner status the actors never vouch for is dropped after 3 s", "[coordinator]") {
+  Fixture f(TestConfig());
+  f.ActorMade(0, 1000);
+  f.ActorMade(1, 1000);
+  f.Learner(0, 3000, 10);
+  REQUIRE(f.core->learners().merged.env_frames() == 3000);
+  f.Learner(0, 1000000, 11);
+  f.Advance(2900ms);
+  CHECK(f.core->implausible_statuses() == 0);
+  f.Advance(300ms);
+  CHECK(f.core->implausible_statuses() == 1);
+  CHECK(f.core->learners().merged.env_frames() == 3000);
+  CHECK(f.sinks.Events("implausible_status") == 1);
+  CHECK_FALSE(f.core->stopping());
+  // Frames going back within one learner process are refused too.
+  f.Learner(0, 2000, 12);
+  f.Advance(3500ms);
+  CHECK(f.core->implausible_statuses() == 2);
+  CHECK(f.core->learners().merged.env_frames() == 3000);
+}
+
+TEST_CASE("coordinator: the watchdog stops a run whose learner steps stop moving", "[coordinator]") {
+  Fixture f(TestConfig());
+  f.ActorMade(0, 500);
+  f.ActorMade(1, 500);
+  for (int i = 1; i <= 10; ++i) {
+    f.Learner(0, 50 * i, i);
+    f.Advance(2s);  // moving: 20 s pass without a stall
+  }
+  CHECK_FALSE(f.core->stopping());
+  // Keep the processes heard (no heartbeat kill), but the steps stay at 10.
+  for (int i = 0; i < 11; ++i) {
+    f.Learner(0, 500, 10);
+    f.ActorMade(0, 500);
+    f.ActorMade(1, 500);
+    f.Advance(2s);
+  }
+  CHECK(f.core->stopping());
+  CHECK(f.result.exit_code == 1);
+  CHECK(f.sinks.Events("stall") == 1);
+  CHECK(f.sinks.warned.find("learner: step 10") != std::string::npos);
+}
+
+TEST_CASE("coordinator: a silent local process is killed, then restarted when its exit is seen", "[coordinator]") {
+  Fixture f(TestConfig());
+  f.launcher.Take("start");
+  for (int i = 0; i < 6; ++i) {
+    f.ActorMade(0, 10);
+    f.ActorMade(1, 10);
+    f.Status(f.StatusOf(wire::ROLE_PS, 0));
+    f.Advance(1s);  // the learner says nothing
+  }
+  CHECK(Names(f.launcher.Take("kill")) == std::vector<std::string>{"learner 0"});
+  CHECK(f.sinks.Events("silent") == 1);
+  f.Exit(wire::ROLE_LEARNER, 0, {false, 0, 9});
+  f.Advance(600ms);
+  CHECK(Names(f.launcher.Take("start")) == std::vector<std::string>{"learner 0"});
+}
+
+TEST_CASE("coordinator: an exit during Ctrl-C is a stop with 130, not a crash", "[coordinator]") {
+  Fixture f(TestConfig());
+  f.launcher.Take("start");
+  f.core->OnExit(f.Id(wire::ROLE_ACTOR, 0), {false, 0, 2}, 2, f.t);
+  CHECK(f.launcher.Take("start").empty());
+  CHECK(f.core->stopping());
+  CHECK(f.result.exit_code == 130);
+}
+
+TEST_CASE("coordinator: with two learners the target is met over both windows together", "[coordinator]") {
+  auto cfg = TestConfig(2, 1);
+  cfg.mutable_stop()->set_target_return(0.5);
+  cfg.mutable_stop()->set_stop_at_target(true);
+  Fixture f(cfg);
+  f.ActorMade(0, 10000);
+  f.ActorMade(1, 10000);
+  auto a = f.StatusOf(wire::ROLE_LEARNER, 0);
+  a.set_env_frames(3000);
+  a.set_mean_return_100(0.9);
+  a.set_returns_counted(60);
+  f.Status(a);
+  CHECK_FALSE(f.core->stopping());  // 60 returns: not yet a window of 100
+  auto b = f.StatusOf(wire::ROLE_LEARNER, 1);
+  b.set_env_frames(2000);
+  b.set_mean_return_100(0.1);
+  b.set_returns_counted(40);
+  f.Status(b);
+  // (0.9 x 60 + 0.1 x 40) / 100 = 0.58 >= 0.5 over 100 returns, at 5000 frames.
+  CHECK(f.core->stopping());
+  CHECK(f.result.frames_to_target == 5000);
+}

@@ -1,0 +1,562 @@
+#include "tools/coordinator/core.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "tools/coordinator/learner_status.h"
+#include "tools/coordinator/views.h"
+#include "wire/auth.h"
+#include "wire/config.h"
+#include "wire/tasks.h"
+#include "wire/zmq_util.h"
+
+namespace stampede::tools::coord {
+
+namespace {
+std::string Printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string Printf(const char* fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
+std::string Who(wire::Role role, int index) { return std::string(wire::RoleName(role)) + " " + std::to_string(index); }
+}  // namespace
+
+// ---- the process table
+
+std::string Process::Name() const { return Who(role, index); }
+
+Process& ProcessTable::Add(Process p) {
+  auto key = std::make_pair(int(p.role), p.index);
+  return procs_[key] = std::move(p);
+}
+
+void ProcessTable::Remove(wire::Role role, int index) { procs_.erase({int(role), index}); }
+
+Process* ProcessTable::Find(wire::Role role, int index) {
+  auto it = procs_.find({int(role), index});
+  return it == procs_.end() ? nullptr : &it->second;
+}
+
+Process* ProcessTable::FindLocal(ProcessId id) {
+  for (auto& [key, p] : procs_) {
+    if (p.local && p.id == id) return &p;
+  }
+  return nullptr;
+}
+
+bool ProcessTable::Contains(wire::Role role, int index) const { return procs_.count({int(role), index}) > 0; }
+
+int ProcessTable::Alive(wire::Role role) const {
+  int n = 0;
+  for (const auto& [key, p] : procs_) n += p.role == role && (p.local || !p.stopped);
+  return n;
+}
+
+bool ProcessTable::AnyAlive(wire::Role role, bool chief) const {
+  for (const auto& [key, p] : procs_) {
+    if (p.role == role && (p.local || !p.stopped) && (p.index == 0) == chief) return true;
+  }
+  return false;
+}
+
+std::string ProcessTable::Text() const {
+  std::ostringstream os;
+  for (const auto& [key, p] : procs_) {
+    if (p.local) os << wire::RoleName(p.role) << " " << p.index << " " << p.id << "\n";
+  }
+  return os.str();
+}
+
+// ---- the core
+
+Core::Core(config::Config cfg, CoreOptions opt, Launcher* launcher, Sinks* sinks, RunResult* result,
+           Clock::time_point now, double unix_now)
+    : cfg_(std::move(cfg)),
+      opt_(std::move(opt)),
+      launcher_(launcher),
+      sinks_(sinks),
+      result_(result),
+      start_(now),
+      unix_start_(unix_now),
+      actors_(cfg_.actors().max_params_age_s()),
+      task_reached_(size_t(wire::NumTasks(cfg_)), -1),
+      last_row_(now),
+      steps_moved_(now) {
+  actor_counts_.prev_time = now;
+}
+
+double Core::Elapsed(Clock::time_point t) const { return std::chrono::duration<double>(t - start_).count(); }
+double Core::UnixAt(Clock::time_point t) const { return unix_start_ + Elapsed(t); }
+
+void Core::Say(const std::string& text) {
+  if (!opt_.quiet) sinks_->Say(text);
+}
+
+void Core::Event(const std::string& name, nlohmann::json extra, Clock::time_point now) {
+  extra["event"] = name;
+  extra["wall_time"] = UnixAt(now);
+  extra["elapsed_s"] = Elapsed(now);
+  extra["env_frames"] = figures_.merged.env_frames();
+  extra["learner_step"] = figures_.merged.learner_steps();
+  sinks_->Metrics(extra);
+}
+
+void Core::StartProcess(wire::Role role, int index, int restarts, Clock::time_point now) {
+  Process p;
+  p.role = role;
+  p.index = index;
+  p.local = true;
+  p.id = launcher_->Start(role, index, restarts);
+  p.pid = launcher_->Pid(p.id);
+  p.last_heard = now;
+  procs_.Add(p);
+  sinks_->Processes(procs_.Text());
+  Event("spawn", {{"role", wire::RoleName(role)}, {"index", index}, {"pid", p.id}}, now);
+}
+
+void Core::Start(Clock::time_point now) {
+  if (!opt_.standalone) {
+    for (int s = 0; s < cfg_.ps().num_shards(); ++s) StartProcess(wire::ROLE_PS, s, 0, now);
+    for (int l = 0; l < cfg_.learner().num_learners(); ++l) StartProcess(wire::ROLE_LEARNER, l, 0, now);
+    for (int a = 0; a < cfg_.actors().num_actors(); ++a) StartProcess(wire::ROLE_ACTOR, a, 0, now);
+  } else {
+    Say("stampede: coordinator for a run whose processes are started elsewhere: status on " +
+        cfg_.cluster().coordinator() + ", control on " + cfg_.cluster().control() +
+        "; start each with `stampede ROLE --config " + opt_.config_path + " --task-index I`\n");
+  }
+  Event("start", {{"config", opt_.config_path}}, now);
+  if (!opt_.resumed_from.empty()) Event("resume", {{"checkpoint", opt_.resumed_from}}, now);
+}
+
+// The order of a stop: actors and the learners other than the chief first, then the
+// chief (its final checkpoint then holds every gradient the shards applied), then the
+// PS shards (the chief's final checkpoint needs them). Called again at every exit while
+// stopping; a second request to the same process changes nothing.
+void Core::StopNextStage() {
+  const bool others = procs_.AnyAlive(wire::ROLE_LEARNER, false);
+  const bool chief = procs_.AnyAlive(wire::ROLE_LEARNER, true);
+  auto now = [&](wire::Role role, int index) {
+    return role == wire::ROLE_ACTOR || (role == wire::ROLE_LEARNER && (index != 0 || !others)) ||
+           (role == wire::ROLE_PS && !others && !chief);
+  };
+  for (const auto& [key, p] : procs_.all()) {
+    if (p.local && now(p.role, p.index)) launcher_->Terminate(p.id);
+  }
+  // The same stage for every process, wherever it runs, over the control socket.
+  std::vector<wire::Control> stops;
+  auto stop = [&](wire::Role role, int index) {
+    wire::Control c;
+    *c.mutable_sender() = wire::MakeSender(wire::ROLE_COORDINATOR, 0, 0);
+    c.set_stop(true);
+    c.set_stop_role(role);
+    c.set_stop_index(index);
+    c.set_reason(stop_.reason);
+    stops.push_back(c);
+  };
+  stop(wire::ROLE_ACTOR, -1);
+  for (int l = 1; l < cfg_.learner().num_learners(); ++l) stop(wire::ROLE_LEARNER, l);
+  if (!others) stop(wire::ROLE_LEARNER, 0);
+  if (!others && !chief) stop(wire::ROLE_PS, -1);
+  sinks_->StopMessages(std::move(stops));
+}
+
+void Core::RequestStop(const std::string& reason, int exit_code, Clock::time_point now) {
+  if (stop_.stopping || finished_) return;
+  stop_.stopping = true;
+  stop_.reason = reason;
+  result_->exit_code = exit_code;
+  if (!opt_.quiet || exit_code != 0) sinks_->Warn("stampede: stopping: " + reason + "\n");
+  Event("stop", {{"reason", reason}, {"exit_code", exit_code}}, now);
+  stop_.deadline = now + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(cfg_.coordinator().shutdown_grace_s()));
+  StopNextStage();
+}
+
+void Core::Finish(Clock::time_point now) {
+  CheckPendingLearnerStatus(now);  // the learner's last status, if the actors vouch for it
+  Progress(now);                   // the final row
+  RunResult& r = *result_;
+  const auto& s = figures_.merged;
+  r.wall_seconds = Elapsed(now);
+  r.env_frames = s.env_frames();
+  r.learner_steps = s.learner_steps();
+  r.mean_return_100 = s.mean_return_100();
+  r.actor_restarts = actor_restarts_;
+  // Frames this run produced (a restored learner starts from its checkpoint's count).
+  const double fps = r.wall_seconds > 0 ? double(r.env_frames - figures_.start_frames) / r.wall_seconds : 0;
+  if (!figures_.checkpoint_error.empty()) {
+    // A run whose checkpoint could not be written did not end well, whatever stopped it.
+    sinks_->Warn("stampede: a checkpoint write failed: " + figures_.checkpoint_error + "\n");
+    if (r.exit_code == 0) r.exit_code = 1;
+  }
+  sinks_->Summary(Views::Summary(*this, fps));
+  Say(Views::DoneText(*this, fps));
+  finished_ = true;
+}
+
+void Core::Progress(Clock::time_point now) {
+  ProgressRow p = Views::Progress(*this, now);
+  ++rows_;
+  if (!p.line.empty()) Say(p.line);
+  sinks_->Metrics(p.row);
+  sinks_->TensorBoard(figures_.merged.env_frames(), UnixAt(now), p.scalars);
+  last_row_ = now;
+  last_frames_ = figures_.merged.env_frames();
+  lag_mean_acc_ = 0;
+  lag_mean_n_ = 0;
+  lag_max_acc_ = 0;
+  actors_.EndRow();
+}
+
+void Core::OnStatus(const std::string& bytes, const std::string& peer, Clock::time_point now) {
+  if (finished_) return;
+  wire::Status s;
+  if (!s.ParseFromString(bytes) || !wire::CheckProtocol(s.sender()).empty()) return;
+  const wire::Role role = s.sender().role();
+  const int index = s.sender().task_index();
+  const std::string claimed = wire::Identity(wire::RoleName(role), index);
+  if (opt_.curve && peer != claimed) {
+    ++forged_statuses_;
+    int64_t unlogged = 0;
+    if (status_log_.Allow("forged", &unlogged)) {
+      sinks_->Warn("stampede: ignored a status claiming to be " + claimed + " from " + peer + "'s connection" +
+                   wire::LogLimiter::More(unlogged) + "\n");
+    }
+    return;
+  }
+  const std::string who = Who(role, index);
+  if (!s.refused_by_reason().empty()) {
+    auto& r = refused_[who];
+    for (const auto& [reason, n] : s.refused_by_reason()) r[reason] = n;
+  }
+  if (role == wire::ROLE_PS) figures_.ps[index] = s;
+  if (role == wire::ROLE_LEARNER && !s.checkpoint_error().empty() && s.checkpoint_error() != figures_.checkpoint_error) {
+    figures_.checkpoint_error = s.checkpoint_error();
+    sinks_->Warn("stampede: learner checkpoint failed: " + figures_.checkpoint_error + "\n");
+    Event("checkpoint_failed", {{"error", figures_.checkpoint_error}, {"failures", s.checkpoint_failures()}}, now);
+  }
+  Process* p = procs_.Find(role, index);
+  if (p != nullptr && p->local) {
+    if (p->pid == 0) p->pid = s.pid();
+    if (p->pid == s.pid()) {
+      p->last_heard = now;
+      p->activity = s.activity();
+    }
+  } else if (opt_.standalone) {
+    OnRemoteStatus(s, who, now);
+    if (finished_) return;
+  }
+  if (role == wire::ROLE_ACTOR) {
+    actor_counts_.per_process[s.pid()] = {s.actor_frames(), s.actor_send_wait_s()};
+    if (index >= 0 && index < cfg_.actors().num_actors()) {
+      actors_.OnActorStatus(index, s.actor_policy_version(), s.actor_newest_heard_version(), s.actor_fetcher_resets(),
+                            s.actor_mixed_assemblies(), now);
+    }
+    const double dt = std::chrono::duration<double>(now - actor_counts_.prev_time).count();
+    if (dt >= 0.5) {
+      const int64_t total = actor_counts_.Totals().first;
+      actor_counts_.peak_rate = std::max(actor_counts_.peak_rate, double(total - actor_counts_.prev_total) / dt);
+      actor_counts_.prev_total = total;
+      actor_counts_.prev_time = now;
+    }
+  }
+  if (role != wire::ROLE_LEARNER) {
+    CheckPendingLearnerStatus(now);  // the actors' newer counts may vouch for it now
+    return;
+  }
+  if (!Implausible(cfg_, figures_.learners, actor_counts_, s).empty()) {
+    // Held, not applied: the actors report their counts only every second, so a true
+    // count can run ahead of them for a moment. It is dropped if they never catch up.
+    if (!pending_) pending_since_ = now;
+    pending_ = s;
+    return;
+  }
+  // A held status that a newer, believable one overtakes is checked once more: if the
+  // actors still cannot vouch for it, it was never true.
+  if (pending_) pending_since_ = now - kPendingStatusLimit - std::chrono::seconds(1);
+  CheckPendingLearnerStatus(now);
+  pending_.reset();
+  ApplyLearnerStatus(s, now);
+}
+
+// A process started elsewhere: known from its statuses.
+void Core::OnRemoteStatus(const wire::Status& s, const std::string& who, Clock::time_point now) {
+  const wire::Role role = s.sender().role();
+  const int index = s.sender().task_index();
+  Process* p = procs_.Find(role, index);
+  if (p == nullptr) {
+    Process fresh;
+    fresh.role = role;
+    fresh.index = index;
+    p = &procs_.Add(fresh);
+    Say(Printf("stampede: %s joined (pid %d)\n", who.c_str(), s.pid()));
+  } else if (p->pid != s.pid()) {
+    Event("rejoined", {{"process", who}, {"pid", s.pid()}}, now);
+  }
+  p->pid = s.pid();
+  p->last_heard = now;
+  p->activity = s.activity();
+  const bool stopped = s.activity().rfind("stopped", 0) == 0;
+  if (stopped && !p->stopped) Event("process_exit", {{"process", who}, {"pid", s.pid()}, {"how", "stopped"}}, now);
+  p->stopped = stopped;
+  if (stop_.stopping) {
+    StopNextStage();
+    if (procs_.AllGone()) Finish(now);
+  }
+}
+
+void Core::CheckPendingLearnerStatus(Clock::time_point now) {
+  if (!pending_) return;
+  const std::string why = Implausible(cfg_, figures_.learners, actor_counts_, *pending_);
+  if (why.empty()) {
+    const wire::Status s = *pending_;
+    pending_.reset();
+    ApplyLearnerStatus(s, now);
+  } else if (now - pending_since_ > kPendingStatusLimit) {
+    ++implausible_statuses_;
+    int64_t unlogged = 0;
+    if (status_log_.Allow("implausible", &unlogged)) {
+      sinks_->Warn("stampede: ignored the learner's counters: " + why + wire::LogLimiter::More(unlogged) + "\n");
+    }
+    Event("implausible_status", {{"why", why}}, now);
+    pending_.reset();
+  }
+}
+
+void Core::ApplyLearnerStatus(const wire::Status& one, Clock::time_point now) {
+  if (!figures_.learners.count(one.sender().task_index())) {
+    // Frames a learner starts from (restored) are not this run's work.
+    figures_.start_frames += one.start_env_frames();
+    last_frames_ += one.start_env_frames();
+  }
+  figures_.learners[one.sender().task_index()] = one;
+  for (const auto& a : one.actor_lags()) {
+    if (a.actor() < 0 || a.actor() >= cfg_.actors().num_actors()) continue;
+    actors_.OnLearnerActorLag(a.actor(), a.policy_version(), a.lag(), a.lag_mean(), a.lag_max(), a.trajectories());
+  }
+  const wire::Status s = MergeLearners(cfg_, figures_.learners);
+  actors_.OnLearnerVersion(s.policy_version());
+  if (s.skipped_steps() > figures_.merged.skipped_steps()) {
+    // A step with a non-finite loss or gradient was not applied (learner/learner.cc).
+    Event("skipped_steps",
+          {{"skipped_steps", s.skipped_steps()}, {"new", s.skipped_steps() - figures_.merged.skipped_steps()}}, now);
+  }
+  figures_.merged = s;
+  figures_.have_status = true;
+  lag_mean_acc_ += s.policy_lag_mean();
+  ++lag_mean_n_;
+  lag_max_acc_ = std::max(lag_max_acc_, s.policy_lag_max());
+  RunResult& r = *result_;
+  const auto& stop = cfg_.stop();
+  const bool suite = cfg_.tasks_size() > 0;
+  bool target_set = stop.target_return() != 0 || stop.stop_at_target();
+  for (const auto& t : cfg_.tasks()) target_set = target_set || t.target_return() != 0;
+  if (suite) {
+    for (const auto& ts : s.tasks()) {
+      const size_t k = size_t(ts.task());
+      if (k >= task_reached_.size() || task_reached_[k] >= 0 || ts.frames_to_target() < 0) continue;
+      task_reached_[k] = ts.frames_to_target();
+      Say(Printf("stampede: task %s: mean return(100) reached its target %s at %lld frames of its own\n",
+                 wire::TaskName(cfg_, int(k)).c_str(), FormatTarget(cfg_.tasks(int(k)).target_return()).c_str(),
+                 (long long)ts.env_frames()));
+      Event("task_target_reached",
+            {{"task", wire::TaskName(cfg_, int(k))}, {"mean_return_100", ts.mean_return_100()},
+             {"task_env_frames", ts.env_frames()}},
+            now);
+    }
+  }
+  if (target_set && r.frames_to_target < 0 && s.frames_to_target() > 0) {
+    r.frames_to_target = s.frames_to_target();
+    r.seconds_to_target = Elapsed(now);
+    if (suite) {
+      Say(Printf("stampede: every task with a target reached it by %lld frames (%.1f s)\n",
+                 (long long)r.frames_to_target, r.seconds_to_target));
+    } else {
+      Say(Printf("stampede: mean return(100) reached the target %s at %lld frames (%.1f s)\n",
+                 FormatTarget(stop.target_return()).c_str(), (long long)r.frames_to_target, r.seconds_to_target));
+    }
+    Event("target_reached", {{"mean_return_100", s.mean_return_100()}, {"frames_to_target", r.frames_to_target}}, now);
+    if (stop.stop_at_target()) RequestStop("target return reached", 0, now);
+  }
+  if (s.env_frames() >= stop.total_env_frames()) {
+    RequestStop("frame budget of " + std::to_string(stop.total_env_frames()) + " spent", 0, now);
+  } else if (stop.max_learner_steps() > 0 && s.learner_steps() >= stop.max_learner_steps()) {
+    RequestStop("learner step budget spent", 0, now);
+  }
+}
+
+void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Clock::time_point now) {
+  if (finished_) return;
+  Process* found = procs_.FindLocal(id);
+  if (found == nullptr) return;
+  const Process c = *found;
+  procs_.Remove(c.role, c.index);
+  sinks_->Processes(procs_.Text());
+  const std::string how = how_ended.Describe();
+  const std::string who = c.Name();
+  const std::string log = launcher_->LogPath(c.role, c.index);
+  if (stop_.stopping) {
+    if (!how_ended.ok() && !stop_.killed) {
+      sinks_->Warn("stampede: " + who + " " + how + " while stopping (log: " + log + ")\n");
+      // A learner or PS that fails on the way out (its final checkpoint) fails the run.
+      if (c.role != wire::ROLE_ACTOR && result_->exit_code == 0) {
+        result_->exit_code = 1;
+        stop_.reason += "; then " + who + " " + how + " while stopping";
+      }
+    }
+    StopNextStage();
+    if (procs_.AllGone()) Finish(now);
+    return;
+  }
+  Event("process_exit", {{"process", who}, {"pid", id}, {"how", how}}, now);
+  if (interrupt_signal != 0) {
+    // Ctrl-C reaches the whole process group at once: a child may exit before the
+    // signal has become a stop request. It is not a crash.
+    RequestStop("interrupted (signal " + std::to_string(interrupt_signal) + ")", 130, now);
+    if (procs_.AllGone()) Finish(now);
+    return;
+  }
+  if (c.role == wire::ROLE_ACTOR) {
+    if (actor_restarts_ >= cfg_.coordinator().max_actor_restarts()) {
+      RequestStop(who + " " + how + " and the restart budget (coordinator.max_actor_restarts) is spent", 1, now);
+      return;
+    }
+    ++actor_restarts_;
+    StartProcess(wire::ROLE_ACTOR, c.index, 0, now);
+    const ProcessId fresh = procs_.Find(wire::ROLE_ACTOR, c.index)->id;
+    // The end of its log says why (an env's error, a Python traceback).
+    const std::string tail = launcher_->LogTail(c.role, c.index, 1000);
+    sinks_->Warn(Printf("stampede: %s (pid %lld) %s; restarted as pid %lld; its log (%s) %s\n", who.c_str(),
+                        (long long)id, how.c_str(), (long long)fresh, log.c_str(), tail.empty() ? "is empty" : "ends:") +
+                 tail);
+    Event("actor_restart", {{"actor", c.index}, {"old_pid", id}, {"new_pid", fresh}, {"how", how}}, now);
+    return;
+  }
+  const std::string tail = launcher_->LogTail(c.role, c.index, 2000);
+  sinks_->Warn(Printf("stampede: %s (pid %lld) %s; its log (%s) %s\n", who.c_str(), (long long)id, how.c_str(),
+                      log.c_str(), tail.empty() ? "is empty" : "ends:") +
+               tail);
+  // A learner or shard that exits with status 2 refused its config or input: starting
+  // it again cannot help. Anything else (a crash, a kill) is restarted within the budget.
+  const bool refused = how_ended.exited && how_ended.code == 2;
+  int& n = restarts_[{int(c.role), c.index}];
+  const int budget = cfg_.coordinator().max_restarts();
+  if (refused || n >= budget) {
+    RequestStop(who + " " + how +
+                    (refused ? "" : " and its restart budget (coordinator.max_restarts = " + std::to_string(budget) +
+                                        ") is spent"),
+                1, now);
+    return;
+  }
+  ++n;
+  ++role_restarts_;
+  const double backoff = cfg_.coordinator().restart_backoff_s() * std::pow(2.0, n - 1);
+  sinks_->Warn(Printf("stampede: restarting %s in %.1f s (restart %d of %d)\n", who.c_str(), backoff, n, budget));
+  Event("restart_scheduled",
+        {{"process", who}, {"old_pid", id}, {"how", how}, {"restart", n}, {"backoff_s", backoff}}, now);
+  respawns_.push_back({c.role, c.index,
+                       now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(backoff))});
+}
+
+// The watchdog: true when the learner's step count has not moved for
+// coordinator.stall_timeout_s while actors are alive.
+bool Core::Stalled(Clock::time_point now) {
+  const double limit = cfg_.coordinator().stall_timeout_s();
+  if (limit <= 0) return false;
+  const int64_t steps = figures_.have_status ? figures_.merged.learner_steps() : -1;
+  if (steps != watched_steps_ || procs_.Alive(wire::ROLE_ACTOR) == 0) {
+    watched_steps_ = steps;
+    steps_moved_ = now;
+    return false;
+  }
+  return now - steps_moved_ > std::chrono::duration<double>(limit);
+}
+
+void Core::OnTick(Clock::time_point now) {
+  if (finished_) return;
+  const double grace = cfg_.coordinator().shutdown_grace_s();
+  if (stop_.stopping) {
+    if (!stop_.killed && now > stop_.deadline) {
+      for (auto& [key, p] : procs_.all()) {
+        if (p.local) {
+          sinks_->Warn(Printf("stampede: %s did not exit within %.0f s of SIGTERM (last: %s); killing it\n",
+                              p.Name().c_str(), grace, p.activity.c_str()));
+          launcher_->Kill(p.id);
+        } else if (!p.stopped) {
+          sinks_->Warn(Printf("stampede: %s (pid %d, started elsewhere) did not say it stopped within %.0f s "
+                              "(last: %s); not waiting for it\n",
+                              p.Name().c_str(), p.pid, grace, p.activity.c_str()));
+          p.stopped = true;
+        }
+      }
+      stop_.killed = true;
+    }
+    // Processes started elsewhere that went quiet are gone; the stop moves on.
+    for (auto& [key, p] : procs_.all()) {
+      if (!p.local && !p.stopped && now - p.last_heard > std::chrono::seconds(3)) p.stopped = true;
+    }
+    StopNextStage();
+    if (procs_.AllGone()) Finish(now);
+    return;
+  }
+  // Restarts whose backoff has passed.
+  for (size_t i = 0; i < respawns_.size();) {
+    if (respawns_[i].due > now) {
+      ++i;
+      continue;
+    }
+    const PendingRespawn r = respawns_[i];
+    respawns_.erase(respawns_.begin() + long(i));
+    const int n = restarts_[{int(r.role), r.index}];
+    StartProcess(r.role, r.index, n, now);
+    const ProcessId fresh = procs_.Find(r.role, r.index)->id;
+    Say(Printf("stampede: restarted %s as pid %lld\n", Who(r.role, r.index).c_str(), (long long)fresh));
+    Event("restart", {{"process", Who(r.role, r.index)}, {"pid", fresh}, {"restart", n}}, now);
+  }
+  // Heartbeats: a silent process is reported with what it was last doing; a local one
+  // is killed (and restarted within its budget when its exit is seen).
+  const auto timeout = std::chrono::duration<double>(cfg_.coordinator().heartbeat_timeout_s());
+  for (auto& [key, p] : procs_.all()) {
+    if ((!p.local && p.stopped) || now - p.last_heard < timeout) continue;
+    if (p.local) {
+      sinks_->Warn(Printf("stampede: %s (pid %lld) silent for %.0f s; last doing: %s\n", p.Name().c_str(),
+                          (long long)p.id, timeout.count(), p.activity.c_str()));
+    } else {
+      sinks_->Warn(Printf("stampede: %s (pid %d, started elsewhere) silent for %.0f s; last doing: %s\n",
+                          p.Name().c_str(), p.pid, timeout.count(), p.activity.c_str()));
+    }
+    Event("silent", {{"process", p.Name()}, {"last_activity", p.activity}}, now);
+    if (p.local) {
+      launcher_->Kill(p.id);
+      p.last_heard = now;
+    } else {
+      p.stopped = true;  // reported once; it counts again when it reports
+    }
+  }
+  if (now - last_row_ >= std::chrono::duration<double>(cfg_.coordinator().progress_interval_s())) Progress(now);
+  for (const ActorFinding& f : actors_.Check(now)) {
+    sinks_->Warn("stampede: WARNING: " + f.message + "\n");
+    Event(f.event,
+          {{"actor", f.actor}, {"policy_version", f.version}, {"lag", f.lag}, {"unchanged_s", f.unchanged_s},
+           {"message", f.message}},
+          now);
+  }
+  CheckPendingLearnerStatus(now);
+  if (Stalled(now)) {
+    const std::string diagnosis = Views::Diagnose(*this);
+    const double limit = cfg_.coordinator().stall_timeout_s();
+    sinks_->Warn(Printf("stampede: no learner step for %.0f s (coordinator.stall_timeout_s); diagnosis:\n", limit) +
+                 diagnosis);
+    Event("stall", {{"diagnosis", diagnosis}}, now);
+    RequestStop("stalled: no learner step for " + std::to_string(int(limit)) + " s\n" + diagnosis, 1, now);
+  }
+}
+
+}  // namespace stampede::tools::coord

@@ -1,0 +1,79 @@
+#include "tools/coordinator/local_launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "wire/zmq_util.h"
+
+namespace stampede::tools::coord {
+
+LocalLauncher::LocalLauncher(std::string self_exe, std::string config_path, std::string run_dir)
+    : self_exe_(std::move(self_exe)), config_path_(std::move(config_path)), run_dir_(std::move(run_dir)) {}
+
+std::string LocalLauncher::LogPath(wire::Role role, int index) const {
+  return run_dir_ + "/logs/" + wire::RoleName(role) + "-" + std::to_string(index) + ".log";
+}
+
+std::string LocalLauncher::LogTail(wire::Role role, int index, size_t max_bytes) const {
+  std::ifstream in(LogPath(role, index), std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (s.size() > max_bytes) s = "..." + s.substr(s.size() - max_bytes);
+  return s;
+}
+
+ProcessId LocalLauncher::Start(wire::Role role, int index, int restarts) {
+  const std::string role_name = wire::RoleName(role);
+  const std::string log = LogPath(role, index);
+  const std::string index_str = std::to_string(index);
+  const std::string restarts_str = std::to_string(restarts);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // A child never outlives the coordinator.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);
+    // Its own process group: a terminal's Ctrl-C reaches only the coordinator, which
+    // stops the children in order.
+    ::setpgid(0, 0);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      ::close(fd);
+    }
+    ::execl(self_exe_.c_str(), self_exe_.c_str(), role_name.c_str(), "--config", config_path_.c_str(),
+            "--task-index", index_str.c_str(), "--restarts", restarts_str.c_str(), (char*)nullptr);
+    ::_exit(127);
+  }
+  return pid > 0 ? ProcessId(pid) : -1;
+}
+
+void LocalLauncher::Terminate(ProcessId id) {
+  if (id > 0) ::kill(pid_t(id), SIGTERM);
+}
+
+void LocalLauncher::Kill(ProcessId id) {
+  if (id > 0) ::kill(pid_t(id), SIGKILL);
+}
+
+void ReapExitedChildren(const std::function<void(ProcessId, ExitStatus)>& on_exit) {
+  int wstatus = 0;
+  pid_t pid;
+  while ((pid = ::waitpid(-1, &wstatus, WNOHANG)) > 0) {
+    ExitStatus how;
+    how.exited = WIFEXITED(wstatus);
+    how.code = how.exited ? WEXITSTATUS(wstatus) : 0;
+    how.signal = how.exited ? 0 : WTERMSIG(wstatus);
+    on_exit(ProcessId(pid), how);
+  }
+}
+
+}  // namespace stampede::tools::coord

@@ -1,0 +1,33 @@
+// The local launcher: each role a child process of the coordinator on this machine
+// (fork + exec of `stampede ROLE --config C --task-index I --restarts R`), its output in
+// RUN_DIR/logs/ROLE-I.log, stopped with SIGTERM and SIGKILL.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "tools/coordinator/launcher.h"
+
+namespace stampede::tools::coord {
+
+class LocalLauncher final : public Launcher {
+ public:
+  // `self_exe`: the stampede executable; `config_path`: the run's resolved config.
+  LocalLauncher(std::string self_exe, std::string config_path, std::string run_dir);
+
+  ProcessId Start(wire::Role role, int index, int restarts) override;
+  void Terminate(ProcessId id) override;
+  void Kill(ProcessId id) override;
+  int Pid(ProcessId id) const override { return int(id); }
+  std::string LogPath(wire::Role role, int index) const override;
+  std::string LogTail(wire::Role role, int index, size_t max_bytes) const override;
+
+ private:
+  std::string self_exe_, config_path_, run_dir_;
+};
+
+// Reaps every child that has exited, without blocking; `on_exit(pid, how)` for each.
+// Called from the status server's thread (waitpid is thread-safe and holds no state).
+void ReapExitedChildren(const std::function<void(ProcessId, ExitStatus)>& on_exit);
+
+}  // namespace stampede::tools::coord

@@ -1,0 +1,374 @@
+// `stampede run` and `stampede coordinator`: the checks before anything starts, the run
+// directory, keys and resolved config, then the supervisor (a CAF actor around the
+// decision core, core.h) and the status server (status_server.h) until the run ends.
+#include "tools/coordinator.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <caf/all.hpp>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <set>
+#include <zmq.hpp>
+
+#include "learner/checkpoint.h"
+#include "ps/checkpoints.h"
+#include "tools/coordinator/core.h"
+#include "tools/coordinator/local_launcher.h"
+#include "tools/coordinator/sinks.h"
+#include "tools/coordinator/status_server.h"
+#include "tools/signals.h"
+#include "tools/spec.h"
+#include "wire/auth.h"
+#include "wire/config.h"
+#include "wire/durable_file.h"
+#include "wire/tasks.h"
+#include "wire/trace.h"
+
+namespace stampede::tools {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Binds a TCP socket to 127.0.0.1:`port` (0: any) and closes it; the port it got, or 0.
+int TryLoopbackPort(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(uint16_t(port));
+  socklen_t len = sizeof(addr);
+  int got = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    got = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return got;
+}
+
+// A free loopback port outside the kernel's ephemeral range: a port from that range
+// can be taken, between this check and the process's bind, as the local port of any
+// outgoing connection (the run's own processes make dozens).
+int FreeLoopbackPort() {
+  static std::mt19937 rng(std::random_device{}());
+  static std::set<int> given;  // never the same port twice in one run
+  int lo = 32768, hi = 60999;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> lo >> hi;
+  const int from = lo > 12000 ? 10000 : hi + 1, to = lo > 12000 ? lo - 1 : 65535;
+  for (int attempt = 0; attempt < 500 && from < to; ++attempt) {
+    const int port = std::uniform_int_distribution<int>(from, to)(rng);
+    if (given.count(port) || TryLoopbackPort(port) != port) continue;
+    given.insert(port);
+    return port;
+  }
+  return TryLoopbackPort(0);
+}
+
+std::string Loopback() { return "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort()); }
+
+double UnixTime() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The supervisor: the decision core with the local launcher and the run's files, fed by
+// the status server's messages and its own 100 ms timer.
+struct SupervisorState {
+  std::unique_ptr<coord::LocalLauncher> launcher;
+  std::unique_ptr<coord::FileSinks> sinks;
+  std::unique_ptr<coord::Core> core;
+  const wire::ZapHandler* zap = nullptr;
+  std::shared_ptr<std::atomic<bool>> done;
+};
+using Supervisor = caf::stateful_actor<SupervisorState>;
+
+// After every event: once the core has finished, the status server stops and so does this actor.
+void AfterEvent(Supervisor* self) {
+  if (!self->state.core->finished()) return;
+  self->state.done->store(true);
+  self->quit();
+}
+
+caf::behavior Running(Supervisor* self) {
+  using coord::Clock;
+  return {
+      [=](coord::status_atom, const std::string& bytes, const std::string& peer) {
+        self->state.core->OnStatus(bytes, peer, Clock::now());
+        AfterEvent(self);
+      },
+      [=](coord::exited_atom, int64_t id, bool exited, int code, int signal) {
+        const int interrupt = StopFlag().load() ? StopSignal() : 0;
+        self->state.core->OnExit(id, coord::ExitStatus{exited, code, signal}, interrupt, Clock::now());
+        AfterEvent(self);
+      },
+      [=](coord::tick_atom) {
+        auto& st = self->state;
+        if (st.zap) st.core->SetRejectedConnections(st.zap->rejected());
+        st.core->OnTick(Clock::now());
+        AfterEvent(self);
+        if (!st.core->finished()) self->delayed_send(self, coord::Core::kTick, coord::tick_atom::value);
+      },
+      [=](coord::stop_atom, const std::string& reason, int code) {
+        self->state.core->RequestStop(reason, code, Clock::now());
+        AfterEvent(self);
+      },
+  };
+}
+
+// Until the status server has bound its sockets, nothing starts; then the core starts
+// the roles and the timer runs.
+caf::behavior Supervising(Supervisor* self, RunResult* result) {
+  return {
+      [=](coord::ready_atom, bool bound) {
+        if (!bound) {
+          result->exit_code = 2;
+          self->state.done->store(true);
+          self->quit();
+          return;
+        }
+        self->state.core->Start(coord::Clock::now());
+        self->send(self, coord::tick_atom::value);
+        self->become(Running(self));
+      },
+  };
+}
+
+}  // namespace
+
+std::string SelfExePath() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("stampede") : p.string();
+}
+
+void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
+  auto* cl = cfg->mutable_cluster();
+  if (cl->coordinator().empty()) cl->set_coordinator(Loopback());
+  if (cl->control().empty()) cl->set_control(Loopback());
+  if (cl->learner().empty()) cl->set_learner(cl->learners_size() > 0 ? cl->learners(0) : Loopback());
+  if (cfg->learner().num_learners() > 1 && cl->learners_size() == 0) {
+    cl->add_learners(cl->learner());
+    for (int l = 1; l < cfg->learner().num_learners(); ++l) cl->add_learners(Loopback());
+  }
+  if (cl->ps_size() == 0) {
+    for (int s = 0; s < cfg->ps().num_shards(); ++s) cl->add_ps(Loopback());
+  }
+  if (cfg->run_dir().empty()) {
+    char stamp[32];
+    std::time_t t = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
+    cfg->set_run_dir("runs/" + opt.config_name + "-" + stamp + "-" + std::to_string(::getpid()));
+  }
+}
+
+namespace {
+// `--resume`: the run's newest complete checkpoint, fresh loopback endpoints (the old
+// ports may be taken), and a warning when the budget is already spent.
+bool PrepareResume(config::Config* cfg, std::string* from) {
+  const std::string dir = cfg->run_dir();
+  int64_t frames = 0, version = 0;
+  if (ShardsOwnOptimizer(*cfg)) {
+    ps::FoundCheckpoint found;
+    std::vector<std::string> warnings;
+    const bool have = ps::FindNewestCheckpoint(dir + "/checkpoints", &found, &warnings);
+    for (const auto& w : warnings) std::fprintf(stderr, "stampede: WARNING: %s\n", w.c_str());
+    if (!have) {
+      std::fprintf(stderr, "stampede: --resume %s: no complete checkpoint in %s/checkpoints to resume from\n",
+                   dir.c_str(), dir.c_str());
+      return false;
+    }
+    *from = found.dir;
+    version = found.manifest.version;
+    std::string bytes, error;
+    for (const auto& p : found.manifest.parts) {
+      ps::ShardPart part;
+      if (p.file == ps::ShardPartName(0) && ps::ReadPart(found.dir, p, &bytes, &error) &&
+          ps::ParseShardPart(bytes, found.dir + "/" + p.file, &part, &error)) {
+        for (int64_t f : part.learner_frames) frames += f;
+      }
+    }
+  } else {
+    const std::string path = cfg->learner().restore_from().empty() ? dir + "/checkpoint.bin" : cfg->learner().restore_from();
+    learner::CheckpointData d;
+    std::string error;
+    if (!learner::LoadCheckpoint(path, &d, &error)) {
+      std::fprintf(stderr, "stampede: --resume %s: %s\n", dir.c_str(), error.c_str());
+      return false;
+    }
+    cfg->mutable_learner()->set_restore_from(path);
+    *from = path;
+    frames = d.env_frames;
+    version = d.version;
+  }
+  auto* cl = cfg->mutable_cluster();
+  cl->clear_coordinator();
+  cl->clear_learner();
+  cl->clear_learners();
+  cl->clear_ps();
+  cl->clear_control();
+  std::printf("stampede: resuming %s from %s: version %lld, %lld env frames\n", dir.c_str(), from->c_str(),
+              (long long)version, (long long)frames);
+  if (frames >= cfg->stop().total_env_frames()) {
+    std::fprintf(stderr, "stampede: WARNING: the checkpoint's %lld frames already spend stop.total_env_frames (%lld): "
+                         "the run stops at once (raise it with --set stop.total_env_frames=N)\n",
+                 (long long)frames, (long long)cfg->stop().total_env_frames());
+  }
+  std::fflush(stdout);
+  return true;
+}
+}  // namespace
+
+RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
+  RunResult result;
+  std::string resumed_from;
+  if (opt.resume && !PrepareResume(&cfg, &resumed_from)) {
+    result.exit_code = 2;
+    return result;
+  }
+  ResolveRunConfig(&cfg, opt);
+  {
+    // Before any process or socket starts: a missing plug-in, a bad kwarg or an
+    // unsupported space stops the run here.
+    std::string error;
+    if (!ResolveEnvSpec(SelfExePath(), &cfg, &error) || !CheckNetworkAndDevice(cfg, &error)) {
+      std::fprintf(stderr, "stampede: %s\n", error.c_str());
+      result.exit_code = 2;
+      return result;
+    }
+  }
+  if (cfg.tasks_size() > 0 && !opt.quiet) {
+    // The suite as it will run: who runs which task, and the one network's shapes.
+    const auto assigned = wire::AssignActors(cfg);
+    const auto limits = wire::TaskActionLimits(cfg);
+    std::string shape;
+    for (int d : cfg.env().resolved_spec().obs_shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    std::printf("stampede: %d tasks, one network: observations [%s] (suite.obs_rule \"%s\"), %d actions\n",
+                cfg.tasks_size(), shape.c_str(), cfg.suite().obs_rule().c_str(),
+                cfg.env().resolved_spec().num_actions());
+    for (int t = 0; t < cfg.tasks_size(); ++t) {
+      std::string actors;
+      for (size_t a = 0; a < assigned.size(); ++a) {
+        if (assigned[a] == t) actors += (actors.empty() ? "" : ",") + std::to_string(a);
+      }
+      std::string obs;
+      for (int d : cfg.tasks(t).env().resolved_spec().obs_shape()) obs += (obs.empty() ? "" : ", ") + std::to_string(d);
+      std::printf("  %-16s actors %-10s observations [%s], %d actions\n", cfg.tasks(t).name().c_str(), actors.c_str(),
+                  obs.c_str(), limits[size_t(t)]);
+    }
+    std::fflush(stdout);
+  }
+  std::error_code exists_ec;
+  if (!opt.resume && fs::exists(cfg.run_dir() + "/metrics.jsonl", exists_ec)) {
+    std::fprintf(stderr,
+                 "stampede: %s already holds a run (metrics.jsonl); choose another --run-dir or "
+                 "remove it (to continue it: stampede run --resume %s)\n",
+                 cfg.run_dir().c_str(), cfg.run_dir().c_str());
+    result.exit_code = 2;
+    return result;
+  }
+  {
+    // The run directory must be creatable and writable: a clean error with the OS's
+    // reason (a full disk says so), never an exception.
+    std::error_code ec;
+    fs::create_directories(cfg.run_dir() + "/logs", ec);
+    std::string why = ec ? ec.message() : "";
+    if (!ec) {
+      const std::string probe = cfg.run_dir() + "/.write-test";
+      std::string error;
+      if (!wire::WriteFileAtomically(probe, std::string(4096, 'x'), &error)) why = error;
+      std::error_code removed;
+      fs::remove(probe, removed);
+    }
+    if (!why.empty()) {
+      std::fprintf(stderr, "stampede: run directory %s cannot be created or written: %s\n", cfg.run_dir().c_str(),
+                   why.c_str());
+      result.exit_code = 2;
+      return result;
+    }
+  }
+  result.run_dir = cfg.run_dir();
+  std::shared_ptr<const wire::Curve> curve;
+  {
+    // CURVE keys: made here for this run (RUN_DIR/keys), or taken from cluster.keys_dir
+    // (made by `stampede keys`), where every process reads them.
+    std::string error;
+    if (!cfg.cluster().curve()) {
+      std::fprintf(stderr, "stampede: WARNING: cluster.curve is false: the run's sockets accept anyone who can "
+                           "reach them (forged trajectories, parameters and statuses)\n");
+    } else if (cfg.cluster().keys_dir().empty() &&
+               !wire::GenerateKeys(wire::KeysDir(cfg), wire::RunIdentities(cfg), &error)) {
+      std::fprintf(stderr, "stampede: %s\n", error.c_str());
+      result.exit_code = 2;
+      return result;
+    }
+    if (cfg.cluster().curve() && !(curve = wire::RunCurve(cfg, "coordinator", &error))) {
+      std::fprintf(stderr, "stampede: %s\n", error.c_str());
+      result.exit_code = 2;
+      return result;
+    }
+  }
+  const std::string config_path = cfg.run_dir() + "/config.textproto";
+  {
+    // Every process reads this file: without it nothing may start.
+    std::string error;
+    if (!wire::WriteFileAtomically(config_path, ConfigToText(cfg), &error)) {
+      std::fprintf(stderr, "stampede: cannot write the run's config: %s\n", error.c_str());
+      result.exit_code = 2;
+      return result;
+    }
+  }
+  {
+    zmq::context_t ctx(1);
+    std::unique_ptr<wire::ZapHandler> zap;
+    if (curve) zap = std::make_unique<wire::ZapHandler>(ctx, *curve, wire::RunAllowList(), "stampede");
+    caf::actor_system_config sys_cfg;
+    caf::actor_system sys{sys_cfg};
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    auto board = std::make_shared<coord::ControlBoard>();
+    coord::CoreOptions core_opt;
+    core_opt.quiet = opt.quiet;
+    core_opt.standalone = opt.standalone;
+    core_opt.curve = curve != nullptr;
+    core_opt.config_path = config_path;
+    core_opt.resumed_from = resumed_from;
+    auto sup = sys.spawn([&](Supervisor* self) {
+      auto& st = self->state;
+      st.launcher = std::make_unique<coord::LocalLauncher>(SelfExePath(), config_path, cfg.run_dir());
+      st.sinks = std::make_unique<coord::FileSinks>(cfg.run_dir(), board);
+      st.core = std::make_unique<coord::Core>(cfg, core_opt, st.launcher.get(), st.sinks.get(), &result,
+                                              coord::Clock::now(), UnixTime());
+      st.zap = zap.get();
+      st.done = done;
+      return Supervising(self, &result);
+    });
+    coord::StatusServerOptions server;
+    server.status_endpoint = cfg.cluster().coordinator();
+    server.control_endpoint = cfg.cluster().control();
+    server.max_status_bytes = std::min(cfg.cluster().max_message_bytes(), cfg.coordinator().max_status_bytes());
+    server.curve = curve.get();
+    server.board = board;
+    server.done = done;
+    sys.spawn<caf::detached>(coord::StatusServer, sup, &ctx, server);
+    sys.await_all_actors_done();
+  }
+  if (cfg.trace()) {
+    // Every process has exited (and written its trace): one timeline for Perfetto.
+    std::string error;
+    if (wire::MergeTraces(cfg.run_dir() + "/trace", cfg.run_dir() + "/trace.json", &error)) {
+      if (!opt.quiet) std::printf("stampede: timeline of every process in %s/trace.json (ui.perfetto.dev)\n", cfg.run_dir().c_str());
+    } else {
+      std::fprintf(stderr, "stampede: cannot merge the traces: %s\n", error.c_str());
+    }
+  }
+  return result;
+}
+
+}  // namespace stampede::tools

@@ -1,0 +1,60 @@
+#include "tools/coordinator/sinks.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "tools/coordinator/status_server.h"
+#include "wire/durable_file.h"
+#include "wire/tensorboard.h"
+
+namespace stampede::tools::coord {
+
+struct FileSinks::Files {
+  std::ofstream metrics;
+  wire::TensorBoardWriter tb;
+};
+
+namespace {
+// Durable write of a run file; a failure is reported, the run goes on.
+void WriteRunFile(const std::string& path, const std::string& text) {
+  std::string error;
+  if (!wire::WriteFileAtomically(path, text, &error)) std::fprintf(stderr, "stampede: %s\n", error.c_str());
+}
+}  // namespace
+
+FileSinks::FileSinks(const std::string& run_dir, std::shared_ptr<ControlBoard> board)
+    : run_dir_(run_dir), files_(std::make_unique<Files>()), board_(std::move(board)) {
+  files_->metrics.open(run_dir + "/metrics.jsonl", std::ios::app);
+  std::string error;
+  if (!files_->tb.Open(run_dir + "/tb", &error)) {
+    std::fprintf(stderr, "stampede: WARNING: no TensorBoard events: %s\n", error.c_str());
+  }
+}
+
+FileSinks::~FileSinks() = default;
+
+void FileSinks::Say(const std::string& text) {
+  std::fputs(text.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+void FileSinks::Warn(const std::string& text) { std::fputs(text.c_str(), stderr); }
+
+void FileSinks::Metrics(const nlohmann::json& row) {
+  files_->metrics << row.dump() << "\n";
+  files_->metrics.flush();
+}
+
+void FileSinks::TensorBoard(int64_t env_frames, double wall_time, const Scalars& scalars) {
+  if (files_->tb.is_open()) files_->tb.WriteScalars(env_frames, wall_time, scalars);
+}
+
+void FileSinks::Summary(const nlohmann::json& summary) {
+  WriteRunFile(run_dir_ + "/summary.json", summary.dump(2) + "\n");
+}
+
+void FileSinks::Processes(const std::string& text) { WriteRunFile(run_dir_ + "/processes.txt", text); }
+
+void FileSinks::StopMessages(std::vector<wire::Control> stops) { board_->Set(std::move(stops)); }
+
+}  // namespace stampede::tools::coord

@@ -1,0 +1,76 @@
+#include "tools/coordinator/status_server.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "tools/coordinator/local_launcher.h"
+#include "tools/signals.h"
+#include "wire/zmq_util.h"
+
+namespace stampede::tools::coord {
+
+void StatusServer(caf::blocking_actor* self, caf::actor supervisor, zmq::context_t* ctx, StatusServerOptions opt) {
+  using Clock = std::chrono::steady_clock;
+  zmq::socket_t control(*ctx, zmq::socket_type::pub);
+  wire::ConfigureSender(control, 1000, 0);
+  if (opt.curve != nullptr) opt.curve->MakeServer(control, wire::kDomainControl);
+  try {
+    control.bind(opt.control_endpoint);
+  } catch (const zmq::error_t& e) {
+    std::fprintf(stderr, "stampede: cannot bind the coordinator's control socket %s (cluster.control): %s\n",
+                 opt.control_endpoint.c_str(), e.what());
+    self->send(supervisor, ready_atom::value, false);
+    return;
+  }
+  zmq::socket_t pull(*ctx, zmq::socket_type::pull);
+  // Statuses are small: a bounded size and queue keep a flood from growing memory.
+  wire::ConfigureReceiver(pull, opt.max_status_bytes);
+  pull.set(zmq::sockopt::rcvhwm, 256);
+  if (opt.curve != nullptr) opt.curve->MakeServer(pull, wire::kDomainStatus);
+  try {
+    pull.bind(opt.status_endpoint);
+  } catch (const zmq::error_t& e) {
+    std::fprintf(stderr, "stampede: cannot bind the coordinator's status socket %s (cluster.coordinator): %s\n",
+                 opt.status_endpoint.c_str(), e.what());
+    self->send(supervisor, ready_atom::value, false);
+    return;
+  }
+  self->send(supervisor, ready_atom::value, true);
+  bool signalled = false;
+  auto last_beat = Clock::now() - std::chrono::seconds(1);
+  zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0}};
+  zmq::message_t msg;
+  while (!opt.done->load()) {
+    try {
+      zmq::poll(items, 1, std::chrono::milliseconds(50));
+    } catch (const zmq::error_t&) {
+      // EINTR from Ctrl-C
+    }
+    // At most a bounded batch per turn, so the supervisor's mailbox stays small.
+    for (int n = 0; n < 256 && pull.recv(msg, zmq::recv_flags::dontwait); ++n) {
+      if (msg.more()) {  // statuses are one part; drain and ignore anything else
+        while (msg.more() && pull.recv(msg, zmq::recv_flags::dontwait)) {}
+        continue;
+      }
+      self->send(supervisor, status_atom::value, msg.to_string(), wire::PeerIdentity(msg));
+    }
+    ReapExitedChildren([&](ProcessId id, ExitStatus how) {
+      self->send(supervisor, exited_atom::value, int64_t(id), how.exited, how.code, how.signal);
+    });
+    if (Clock::now() - last_beat > std::chrono::milliseconds(500)) {
+      // The heartbeat, and the current stop stage's messages, to every process.
+      last_beat = Clock::now();
+      wire::Control beat;
+      *beat.mutable_sender() = wire::MakeSender(wire::ROLE_COORDINATOR, 0, 0);
+      std::vector<wire::Control> out = {beat};
+      for (auto& c : opt.board->Get()) out.push_back(std::move(c));
+      for (const auto& c : out) (void)wire::SendMessage(control, c);
+    }
+    if (!signalled && StopFlag().load()) {
+      signalled = true;
+      self->send(supervisor, stop_atom::value, "interrupted (signal " + std::to_string(StopSignal()) + ")", 130);
+    }
+  }
+}
+
+}  // namespace stampede::tools::coord
