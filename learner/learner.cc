@@ -126,6 +126,10 @@ struct Learner::Impl {
   Clock::time_point ckpt_started;
   std::vector<wire::CheckpointDone> ckpt_done;
   std::vector<bool> ckpt_asked;  // per shard: the request is queued to it
+  // Each shard's incarnation when the round began: a shard restarted since, before its
+  // part arrived, lost the request, so the round is abandoned and the next one begins.
+  std::vector<uint64_t> ckpt_incarnations;
+  bool ckpt_abandoned = false;  // the last round was abandoned: start the next at once
   std::vector<float> params, grad;
   std::unique_ptr<RmsProp> rms;
   std::unique_ptr<net::cuda::Trainer> gpu;  // learner.device "cuda:N": the step runs there
@@ -145,6 +149,7 @@ struct Learner::Impl {
     int64_t table_size;
   };
   std::atomic<bool> stop{false};
+  std::string failure;  // guarded by mu: why the trainer thread ended (Learner::failure)
   std::thread receiver, trainer;
   std::atomic<int64_t> dropped[size_t(wire::DropReason::kCount)] = {};
   std::string checkpoint_path;
@@ -416,10 +421,18 @@ bool Learner::Start(std::string* error) {
   }
   m.receiver = std::thread([&m] { m.ReceiveLoop(); });
   m.trainer = std::thread([&m] {
-    if (m.ps_mode) {
-      m.TrainLoopSharded();
-    } else {
-      m.TrainLoop();
+    // The CUDA backend reports device errors (out of memory, a failed launch) by throwing:
+    // caught here, said once, and the role ends the process with its own exit code.
+    try {
+      if (m.ps_mode) {
+        m.TrainLoopSharded();
+      } else {
+        m.TrainLoop();
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard lock(m.mu);
+      m.failure = std::string(m.gpu ? "device error on the trainer thread: " : "trainer thread failed: ") + e.what();
+      std::fprintf(stderr, "learner %d: %s\n", m.index, m.failure.c_str());
     }
   });
   return true;
@@ -823,6 +836,8 @@ void Learner::Impl::StartShardedCheckpoint() {
   std::filesystem::create_directories(ckpt_dir, ec);
   ckpt_done.clear();
   ckpt_asked.assign(size_t(cfg.ps().num_shards()), false);
+  ckpt_incarnations = fetcher->shard_incarnations();
+  ckpt_abandoned = false;
   ckpt_started = Clock::now();
   if (ec) {
     std::lock_guard lock(mu);
@@ -853,6 +868,20 @@ bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
   const int S = cfg.ps().num_shards();
   std::set<int> shards;
   for (const auto& d : ckpt_done) shards.insert(d.shard());
+  const auto& incarnations = fetcher->shard_incarnations();
+  for (int s = 0; s < S && size_t(s) < ckpt_incarnations.size() && size_t(s) < incarnations.size(); ++s) {
+    if (shards.count(s) || ckpt_incarnations[size_t(s)] == 0 || incarnations[size_t(s)] == ckpt_incarnations[size_t(s)]) {
+      continue;
+    }
+    // Not a failure: the restarted shard will answer the next round.
+    std::fprintf(stderr, "learner: checkpoint %s abandoned: ps %d was restarted before it wrote its part\n",
+                 ckpt_dir.c_str(), s);
+    std::error_code ec;
+    std::filesystem::remove_all(ckpt_dir, ec);
+    ckpt_sequence = 0;
+    ckpt_abandoned = true;
+    return false;
+  }
   if (int(shards.size()) < S) {
     if (Clock::now() - ckpt_started > std::chrono::seconds(60)) {
       *error = ckpt_dir + ": only " + std::to_string(shards.size()) + " of " + std::to_string(S) +
@@ -887,6 +916,8 @@ bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
   ckpt_sequence = 0;
   if (!ps::WriteManifest(ckpt_dir, m, error)) return false;
   ps::PruneCheckpoints(cfg.run_dir() + "/checkpoints", cfg.learner().checkpoints_kept());
+  std::lock_guard lock(mu);
+  checkpoint_error.clear();  // the newest checkpoint is complete (failures stay counted)
   return true;
 }
 
@@ -918,7 +949,8 @@ void Learner::Impl::TrainLoopSharded() {
         ++checkpoint_failures;
       }
       if (ckpt_sequence == 0 && lc.checkpoint_interval_s() > 0 &&
-          Clock::now() - last_checkpoint > std::chrono::duration<double>(lc.checkpoint_interval_s())) {
+          (ckpt_abandoned ||
+           Clock::now() - last_checkpoint > std::chrono::duration<double>(lc.checkpoint_interval_s()))) {
         StartShardedCheckpoint();
         last_checkpoint = Clock::now();
       }
@@ -1007,15 +1039,31 @@ void Learner::Impl::RecordStep(const Batch& batch, int64_t trained_on, const Los
 }
 
 bool Learner::Impl::SaveCheckpoint(std::string* error) {
-  if (WriteCheckpointFile(error)) return true;
+  if (WriteCheckpointFile(error)) {
+    std::lock_guard lock(mu);
+    if (!ps_mode) checkpoint_error.clear();  // the newest checkpoint is complete (failures stay counted)
+    return true;
+  }
   std::lock_guard lock(mu);
   checkpoint_error = *error;
   ++checkpoint_failures;
   return false;
 }
 
+std::string Learner::failure() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->failure;
+}
+
 bool Learner::Impl::WriteCheckpointFile(std::string* error) {
-  if (gpu) gpu->GetState(params, rms->mean_square(), rms->momentum());
+  if (gpu) {
+    try {
+      gpu->GetState(params, rms->mean_square(), rms->momentum());
+    } catch (const std::exception& e) {
+      *error = "not writing " + checkpoint_path + ": the device state cannot be read back: " + e.what();
+      return false;
+    }
+  }
   for (float x : params) {
     if (!std::isfinite(x)) {
       *error = "not writing " + checkpoint_path + ": the parameters hold a non-finite value";
@@ -1049,6 +1097,7 @@ bool Learner::WriteCheckpoint(std::string* error) {
     const auto deadline = Clock::now() + std::chrono::seconds(20);
     while (m.ckpt_sequence != 0 && Clock::now() < deadline) {
       if (m.PollShardedCheckpoint(error)) break;
+      if (m.ckpt_sequence == 0 && m.ckpt_abandoned) m.StartShardedCheckpoint();  // a shard restarted: again
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     if (m.ckpt_sequence != 0) *error = m.ckpt_dir + ": the shards did not write their parts within 20 s";

@@ -51,6 +51,11 @@ class Learner {
   // export) with the optimizer state left at zero (it lives on the shards).
   [[nodiscard]] bool WriteCheckpoint(std::string* error);
 
+  // Non-empty once the trainer thread has ended on an error it cannot recover from (a
+  // device error on the CUDA backend: out of memory, a failed launch): the message, said
+  // once on stderr. The role then stops and exits with kExitDeviceError (wire/exit_codes.h).
+  std::string failure() const;
+
   int64_t learner_steps() const { return steps_.load(); }
   int64_t env_frames() const { return frames_.load(); }
   int64_t policy_version() const { return version_.load(); }

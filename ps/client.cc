@@ -92,6 +92,8 @@ bool ParamsFetcher::Poll(std::span<float> params, int64_t* version) {
         ++rejected_;
         continue;
       }
+      if (incarnations_.size() != size_t(S)) incarnations_.assign(size_t(S), 0);
+      incarnations_[size_t(i)] = reply.sender().incarnation();
       if (i == 0) {
         frames_by_learner_.assign(reply.env_frames_by_learner().begin(), reply.env_frames_by_learner().end());
       }

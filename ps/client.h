@@ -81,6 +81,9 @@ class ParamsFetcher {
   std::vector<int64_t> newest_versions() const;
   // The counters of shard 0's newest reply: each learner's frames (empty: none yet).
   const std::vector<int64_t>& env_frames_by_learner() const { return frames_by_learner_; }
+  // Each shard's process incarnation, from its newest valid reply (0: not heard yet): a
+  // change means the shard was restarted (what it was asked before is lost).
+  const std::vector<uint64_t>& shard_incarnations() const { return incarnations_; }
   // Non-empty once a shard has answered with another network's parameters (a layout
   // that can never fit): what differs.
   const std::string& layout_mismatch() const { return mismatch_; }
@@ -101,6 +104,7 @@ class ParamsFetcher {
   int64_t replies_ = 0;  // replies read, in all
   std::vector<int64_t> assembled_;
   std::vector<int64_t> frames_by_learner_;
+  std::vector<uint64_t> incarnations_;
 };
 
 // Puts a new version of the whole vector to every shard (each gets its slice).

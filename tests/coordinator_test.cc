@@ -407,3 +407,60 @@ TEST_CASE("coordinator: with two learners the target is met over both windows to
   CHECK(f.core->stopping());
   CHECK(f.result.frames_to_target == 5000);
 }
+
+TEST_CASE("coordinator: a failed checkpoint fails the run only if no later one completes", "[coordinator]") {
+  auto cfg = TestConfig();
+  cfg.mutable_stop()->set_total_env_frames(5000);
+  SECTION("a later checkpoint completes: exit 0, the failure counted") {
+    Fixture f(cfg);
+    f.ActorMade(0, 3000);
+    f.ActorMade(1, 3000);
+    auto s = f.StatusOf(wire::ROLE_LEARNER, 0);
+    s.set_env_frames(1000);
+    s.set_checkpoint_error("only 2 of 3 shards wrote their part within 60 s");
+    s.set_checkpoint_failures(1);
+    f.Status(s);
+    CHECK(f.sinks.Events("checkpoint_failed") == 1);
+    s.set_env_frames(5000);
+    s.clear_checkpoint_error();
+    f.Status(s);
+    CHECK(f.sinks.Events("checkpoint_recovered") == 1);
+    f.launcher.Take("start");
+    for (auto [role, index] : {std::pair{wire::ROLE_ACTOR, 0}, {wire::ROLE_ACTOR, 1}, {wire::ROLE_LEARNER, 0},
+                               {wire::ROLE_PS, 0}}) {
+      f.Exit(role, index);
+    }
+    REQUIRE(f.core->finished());
+    CHECK(f.result.exit_code == 0);
+    CHECK(f.sinks.summary["checkpoint_failures"] == 1);
+    CHECK_FALSE(f.sinks.summary.contains("checkpoint_error"));
+  }
+  SECTION("the failure stands at the end: exit 1, the error in the summary") {
+    Fixture f(cfg);
+    f.ActorMade(0, 3000);
+    f.ActorMade(1, 3000);
+    auto s = f.StatusOf(wire::ROLE_LEARNER, 0);
+    s.set_env_frames(5000);
+    s.set_checkpoint_error("disk full");
+    s.set_checkpoint_failures(1);
+    f.Status(s);
+    for (auto [role, index] : {std::pair{wire::ROLE_ACTOR, 0}, {wire::ROLE_ACTOR, 1}, {wire::ROLE_LEARNER, 0},
+                               {wire::ROLE_PS, 0}}) {
+      f.Exit(role, index);
+    }
+    REQUIRE(f.core->finished());
+    CHECK(f.result.exit_code == 1);
+    CHECK(f.sinks.summary["checkpoint_error"] == "disk full");
+  }
+}
+
+TEST_CASE("coordinator: a learner that ends on a device error (exit 3) is not restarted", "[coordinator]") {
+  Fixture f(TestConfig());
+  f.launcher.Take("start");
+  f.Exit(wire::ROLE_LEARNER, 0, {true, 3, 0});
+  CHECK(f.core->stopping());
+  CHECK(f.result.exit_code == 1);
+  f.Advance(3s);
+  CHECK(f.launcher.Take("start").empty());
+  CHECK(f.sinks.warned.find("a device error: not restarted") != std::string::npos);
+}

@@ -35,6 +35,9 @@ struct RunResult {
 // Fills free loopback endpoints for any cluster address left empty and the run dir.
 void ResolveRunConfig(config::Config* cfg, const RunOptions& opt);
 RunResult RunCoordinator(config::Config cfg, const RunOptions& opt);
+// `stampede checkpoints RUN_DIR`: prints the run's newest complete checkpoint; 0 if it is
+// also the newest one there is, 1 if none is complete or a newer one is not.
+int RunCheckpointsCommand(const config::Config& cfg);
 // This executable's path (children and the spec resolver run it).
 std::string SelfExePath();
 

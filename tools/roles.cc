@@ -9,6 +9,7 @@
 #include "learner/learner.h"
 #include "ps/checkpoints.h"
 #include "ps/shard.h"
+#include "wire/exit_codes.h"
 #include "wire/config.h"
 #include "tools/signals.h"
 #include "wire/auth.h"
@@ -54,12 +55,19 @@ int RunLearnerRole(const config::Config& cfg, int task_index, int restarts) {
     std::fprintf(stderr, "learner: %s\n", error.c_str());
     return 2;
   }
-  while (!StopFlag().load()) {
+  while (!StopFlag().load() && learner.failure().empty()) {
     SleepUnlessStopped(cfg.learner().status_interval_s());
     learner.FillStatus(&channel.status());
     channel.Send("training");
   }
   learner.Stop();
+  if (const std::string failure = learner.failure(); !failure.empty()) {
+    // Not restarted: the same device would fail the same way. The parameters on the
+    // device cannot be trusted, so no final checkpoint either (the last one stands).
+    learner.FillStatus(&channel.status());
+    channel.Send(("stopped; " + failure).c_str());
+    return wire::kExitDeviceError;
+  }
   learner.FillStatus(&channel.status());
   if (!cfg.run_dir().empty()) {
     if (!learner.WriteCheckpoint(&error)) {

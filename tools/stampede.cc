@@ -122,6 +122,12 @@ int main(int argc, char** argv) {
   exporter->add_option("out", export_out, "Output .npz")->required();
   exporter->add_option("--config", export_config, "The run's config (default: config.textproto beside the checkpoint)");
 
+  auto* checkpoints = app.add_subcommand(
+      "checkpoints", "Print the newest complete checkpoint of a run directory (what --resume continues from); "
+                     "exit 1 if there is none or a newer one is incomplete");
+  std::string checkpoints_dir;
+  checkpoints->add_option("run_dir", checkpoints_dir, "The run directory")->required();
+
   auto* ps_plan = app.add_subcommand("ps-plan", "Print where the network's tensors go on the PS shards "
                                                 "(ps.placement), bytes per shard and the imbalance");
   ps_plan->add_option("config", config_path, "Config file (protobuf text format)")->required();
@@ -258,6 +264,11 @@ int main(int argc, char** argv) {
     return result.exit_code != 0 ? result.exit_code : report_code;
   }
   if (report->parsed()) return stampede::tools::RunReportCommand(report_dir);
+  if (checkpoints->parsed()) {
+    stampede::LoadedConfig loaded;
+    if (!Load(checkpoints_dir + "/config.textproto", {"run_dir=" + checkpoints_dir}, &loaded)) return 2;
+    return stampede::tools::RunCheckpointsCommand(loaded.config);
+  }
   if (ps_plan->parsed()) {
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;

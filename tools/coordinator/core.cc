@@ -10,6 +10,7 @@
 #include "tools/coordinator/views.h"
 #include "wire/auth.h"
 #include "wire/config.h"
+#include "wire/exit_codes.h"
 #include "wire/tasks.h"
 #include "wire/zmq_util.h"
 
@@ -237,11 +238,7 @@ void Core::OnStatus(const std::string& bytes, const std::string& peer, Clock::ti
     for (const auto& [reason, n] : s.refused_by_reason()) r[reason] = n;
   }
   if (role == wire::ROLE_PS) figures_.ps[index] = s;
-  if (role == wire::ROLE_LEARNER && !s.checkpoint_error().empty() && s.checkpoint_error() != figures_.checkpoint_error) {
-    figures_.checkpoint_error = s.checkpoint_error();
-    sinks_->Warn("stampede: learner checkpoint failed: " + figures_.checkpoint_error + "\n");
-    Event("checkpoint_failed", {{"error", figures_.checkpoint_error}, {"failures", s.checkpoint_failures()}}, now);
-  }
+  if (role == wire::ROLE_LEARNER) OnCheckpointReport(s, now);
   Process* p = procs_.Find(role, index);
   if (p != nullptr && p->local) {
     if (p->pid == 0) p->pid = s.pid();
@@ -284,6 +281,30 @@ void Core::OnStatus(const std::string& bytes, const std::string& peer, Clock::ti
   CheckPendingLearnerStatus(now);
   pending_.reset();
   ApplyLearnerStatus(s, now);
+}
+
+// A learner's checkpoint state: a new failure is said once; a later complete checkpoint
+// clears it (a run fails for its checkpoints only if it cannot end with a complete one).
+void Core::OnCheckpointReport(const wire::Status& s, Clock::time_point now) {
+  const int index = s.sender().task_index();
+  std::string& mine = figures_.checkpoint_errors[index];
+  if (s.checkpoint_error() != mine) {
+    if (!s.checkpoint_error().empty()) {
+      sinks_->Warn("stampede: learner checkpoint failed: " + s.checkpoint_error() + "\n");
+      Event("checkpoint_failed", {{"error", s.checkpoint_error()}, {"failures", s.checkpoint_failures()}}, now);
+    } else if (s.checkpoint_failures() > 0) {
+      Event("checkpoint_recovered", {{"learner", index}, {"failures", s.checkpoint_failures()}}, now);
+    }
+    mine = s.checkpoint_error();
+  }
+  figures_.checkpoint_failures = std::max(figures_.checkpoint_failures, s.checkpoint_failures());
+  figures_.checkpoint_error.clear();
+  for (const auto& [l, e] : figures_.checkpoint_errors) {
+    if (!e.empty()) {
+      figures_.checkpoint_error = e;
+      break;
+    }
+  }
 }
 
 // A process started elsewhere: known from its statuses.
@@ -443,16 +464,21 @@ void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Cloc
   sinks_->Warn(Printf("stampede: %s (pid %lld) %s; its log (%s) %s\n", who.c_str(), (long long)id, how.c_str(),
                       log.c_str(), tail.empty() ? "is empty" : "ends:") +
                tail);
-  // A learner or shard that exits with status 2 refused its config or input: starting
-  // it again cannot help. Anything else (a crash, a kill) is restarted within the budget.
-  const bool refused = how_ended.exited && how_ended.code == 2;
+  // A learner or shard that refused its config or input, or hit a device error, would
+  // fail the same way again: not restarted. Anything else (a crash, a kill) is restarted
+  // within the budget.
+  const bool refused = how_ended.exited && how_ended.code == wire::kExitRefused;
+  const bool device = how_ended.exited && how_ended.code == wire::kExitDeviceError;
   int& n = restarts_[{int(c.role), c.index}];
   const int budget = cfg_.coordinator().max_restarts();
-  if (refused || n >= budget) {
-    RequestStop(who + " " + how +
-                    (refused ? "" : " and its restart budget (coordinator.max_restarts = " + std::to_string(budget) +
-                                        ") is spent"),
-                1, now);
+  if (refused || device || n >= budget) {
+    std::string why = who + " " + how;
+    if (device) {
+      why += " (a device error: not restarted; its log says which)";
+    } else if (!refused) {
+      why += " and its restart budget (coordinator.max_restarts = " + std::to_string(budget) + ") is spent";
+    }
+    RequestStop(why, 1, now);
     return;
   }
   ++n;

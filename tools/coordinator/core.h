@@ -80,7 +80,11 @@ struct LearnerFigures {
   std::map<int, wire::Status> learners;   // newest per learner index
   std::map<int, wire::Status> ps;         // newest per PS shard
   int64_t start_frames = 0;               // frames the learners started from (a restore)
-  std::string checkpoint_error;           // a failed checkpoint write a learner reported
+  // Each learner's newest failed checkpoint write, cleared when a later one completes;
+  // `checkpoint_error` is the first of them (the run fails for it only if it stands at the end).
+  std::map<int, std::string> checkpoint_errors;
+  std::string checkpoint_error;
+  int64_t checkpoint_failures = 0;  // failed writes over the run, whatever came after
 };
 
 // What bounds a learner's frame count: the actors' own counts.
@@ -146,6 +150,7 @@ class Core {
   void ApplyLearnerStatus(const wire::Status& s, Clock::time_point now);
   void CheckPendingLearnerStatus(Clock::time_point now);
   bool Stalled(Clock::time_point now);
+  void OnCheckpointReport(const wire::Status& s, Clock::time_point now);
   void OnRemoteStatus(const wire::Status& s, const std::string& who, Clock::time_point now);
   void Say(const std::string& text);
   double UnixAt(Clock::time_point t) const;

@@ -18,8 +18,7 @@
 #include <set>
 #include <zmq.hpp>
 
-#include "learner/checkpoint.h"
-#include "ps/checkpoints.h"
+#include "learner/resume.h"
 #include "tools/coordinator/core.h"
 #include "tools/coordinator/local_launcher.h"
 #include "tools/coordinator/sinks.h"
@@ -174,40 +173,18 @@ namespace {
 // ports may be taken), and a warning when the budget is already spent.
 bool PrepareResume(config::Config* cfg, std::string* from) {
   const std::string dir = cfg->run_dir();
-  int64_t frames = 0, version = 0;
-  if (ShardsOwnOptimizer(*cfg)) {
-    ps::FoundCheckpoint found;
-    std::vector<std::string> warnings;
-    const bool have = ps::FindNewestCheckpoint(dir + "/checkpoints", &found, &warnings);
-    for (const auto& w : warnings) std::fprintf(stderr, "stampede: WARNING: %s\n", w.c_str());
-    if (!have) {
-      std::fprintf(stderr, "stampede: --resume %s: no complete checkpoint in %s/checkpoints to resume from\n",
-                   dir.c_str(), dir.c_str());
-      return false;
-    }
-    *from = found.dir;
-    version = found.manifest.version;
-    std::string bytes, error;
-    for (const auto& p : found.manifest.parts) {
-      ps::ShardPart part;
-      if (p.file == ps::ShardPartName(0) && ps::ReadPart(found.dir, p, &bytes, &error) &&
-          ps::ParseShardPart(bytes, found.dir + "/" + p.file, &part, &error)) {
-        for (int64_t f : part.learner_frames) frames += f;
-      }
-    }
-  } else {
-    const std::string path = cfg->learner().restore_from().empty() ? dir + "/checkpoint.bin" : cfg->learner().restore_from();
-    learner::CheckpointData d;
-    std::string error;
-    if (!learner::LoadCheckpoint(path, &d, &error)) {
-      std::fprintf(stderr, "stampede: --resume %s: %s\n", dir.c_str(), error.c_str());
-      return false;
-    }
-    cfg->mutable_learner()->set_restore_from(path);
-    *from = path;
-    frames = d.env_frames;
-    version = d.version;
+  learner::ResumePoint point;
+  std::vector<std::string> warnings;
+  std::string error;
+  const bool have = learner::FindResumePoint(*cfg, &point, &warnings, &error);
+  for (const auto& w : warnings) std::fprintf(stderr, "stampede: WARNING: %s\n", w.c_str());
+  if (!have) {
+    std::fprintf(stderr, "stampede: --resume %s: %s\n", dir.c_str(), error.c_str());
+    return false;
   }
+  if (!point.sharded) cfg->mutable_learner()->set_restore_from(point.from);
+  *from = point.from;
+  const int64_t frames = point.env_frames, version = point.version;
   auto* cl = cfg->mutable_cluster();
   cl->clear_coordinator();
   cl->clear_learner();
@@ -225,6 +202,26 @@ bool PrepareResume(config::Config* cfg, std::string* from) {
   return true;
 }
 }  // namespace
+
+int RunCheckpointsCommand(const config::Config& cfg) {
+  learner::ResumePoint point;
+  std::vector<std::string> warnings;
+  std::string error;
+  const bool have = learner::FindResumePoint(cfg, &point, &warnings, &error);
+  for (const auto& w : warnings) std::fprintf(stderr, "stampede: WARNING: %s\n", w.c_str());
+  if (!have) {
+    std::fprintf(stderr, "stampede checkpoints: %s\n", error.c_str());
+    return 1;
+  }
+  std::printf("%s: version %lld, %lld env frames (%s)\n", point.from.c_str(), (long long)point.version,
+              (long long)point.env_frames, point.sharded ? "sharded" : "one file");
+  if (fs::path(point.from).filename() != fs::path(point.newest_dir).filename()) {
+    std::fprintf(stderr, "stampede checkpoints: the newest checkpoint directory %s is not complete\n",
+                 point.newest_dir.c_str());
+    return 1;
+  }
+  return 0;
+}
 
 RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   RunResult result;

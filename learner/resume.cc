@@ -1,0 +1,60 @@
+#include "learner/resume.h"
+
+#include <filesystem>
+
+#include "learner/checkpoint.h"
+#include "ps/checkpoints.h"
+#include "wire/config.h"
+
+namespace stampede::learner {
+
+bool FindResumePoint(const config::Config& cfg, ResumePoint* point, std::vector<std::string>* warnings,
+                     std::string* error) {
+  const std::string dir = cfg.run_dir();
+  *point = ResumePoint{};
+  if (ShardsOwnOptimizer(cfg)) {
+    point->sharded = true;
+    const std::string root = dir + "/checkpoints";
+    std::error_code ec;
+    int64_t newest = -1;
+    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("ckpt-", 0) != 0) continue;
+      try {
+        const int64_t seq = std::stoll(name.substr(5));
+        if (seq > newest) {
+          newest = seq;
+          point->newest_dir = e.path().string();
+        }
+      } catch (...) {
+      }
+    }
+    ps::FoundCheckpoint found;
+    if (!ps::FindNewestCheckpoint(root, &found, warnings)) {
+      *error = "no complete checkpoint in " + root + " to resume from";
+      return false;
+    }
+    point->from = found.dir;
+    point->version = found.manifest.version;
+    std::string bytes;
+    for (const auto& p : found.manifest.parts) {
+      ps::ShardPart part;
+      std::string part_error;
+      if (p.file == ps::ShardPartName(0) && ps::ReadPart(found.dir, p, &bytes, &part_error) &&
+          ps::ParseShardPart(bytes, found.dir + "/" + p.file, &part, &part_error)) {
+        for (int64_t f : part.learner_frames) point->env_frames += f;
+      }
+    }
+    return true;
+  }
+  const std::string path = cfg.learner().restore_from().empty() ? dir + "/checkpoint.bin" : cfg.learner().restore_from();
+  CheckpointData d;
+  if (!LoadCheckpoint(path, &d, error)) return false;
+  point->from = path;
+  point->newest_dir = path;
+  point->version = d.version;
+  point->env_frames = d.env_frames;
+  return true;
+}
+
+}  // namespace stampede::learner
