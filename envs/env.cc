@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
+#include "base/mutex.h"
 
 namespace stampede::envs {
 
@@ -189,19 +189,20 @@ StepResult Env::Book(StepResult r) {
 }
 
 namespace {
-std::map<std::string, EnvFactory>& Registry() {
-  static std::map<std::string, EnvFactory> registry;
+struct Registry {
+  base::Mutex mu;
+  std::map<std::string, EnvFactory> envs GUARDED_BY(mu);
+};
+Registry& R() {
+  static Registry registry;
   return registry;
-}
-std::mutex& RegistryMutex() {
-  static std::mutex m;
-  return m;
 }
 }  // namespace
 
 bool RegisterEnv(const std::string& name, EnvFactory factory) {
-  std::lock_guard lock(RegistryMutex());
-  if (!Registry().emplace(name, std::move(factory)).second) {
+  Registry& r = R();
+  base::MutexLock lock(r.mu);
+  if (!r.envs.emplace(name, std::move(factory)).second) {
     std::fprintf(stderr, "stampede: environment \"%s\" registered twice\n", name.c_str());
     std::abort();
   }
@@ -212,9 +213,10 @@ std::unique_ptr<Env> MakeEnv(const std::string& name, const EnvOptions& options,
                              std::string* error) {
   EnvFactory factory;
   {
-    std::lock_guard lock(RegistryMutex());
-    auto it = Registry().find(name);
-    if (it != Registry().end()) factory = it->second;
+    Registry& r = R();
+    base::MutexLock lock(r.mu);
+    auto it = r.envs.find(name);
+    if (it != r.envs.end()) factory = it->second;
   }
   if (!factory) {
     std::string known;
@@ -231,9 +233,10 @@ std::unique_ptr<Env> MakeEnv(const std::string& name, const EnvOptions& options,
 }
 
 std::vector<std::string> RegisteredEnvs() {
-  std::lock_guard lock(RegistryMutex());
+  Registry& r = R();
+  base::MutexLock lock(r.mu);
   std::vector<std::string> names;
-  for (const auto& [n, f] : Registry()) names.push_back(n);
+  for (const auto& [n, f] : r.envs) names.push_back(n);
   return names;
 }
 

@@ -4,9 +4,9 @@
 
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <stdexcept>
 
+#include "base/mutex.h"
 #include "envs/plugin_api.h"
 
 namespace stampede::envs {
@@ -16,9 +16,13 @@ constexpr int kErrorSize = 1024;
 
 // Libraries stay loaded for the life of the process (their envs may outlive any owner).
 const stampede_plugin* LoadPlugin(const std::string& path, std::string* error) {
-  static std::mutex mu;
-  static std::map<std::string, const stampede_plugin*> loaded;
-  std::lock_guard lock(mu);
+  struct Loaded {
+    base::Mutex mu;
+    std::map<std::string, const stampede_plugin*> by_path GUARDED_BY(mu);
+  };
+  static Loaded loaded_plugins;
+  base::MutexLock lock(loaded_plugins.mu);
+  auto& loaded = loaded_plugins.by_path;
   if (auto it = loaded.find(path); it != loaded.end()) return it->second;
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {

@@ -6,9 +6,9 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <stdexcept>
 
+#include "base/mutex.h"
 #include "envs/vector_env.h"
 
 namespace py = pybind11;
@@ -131,8 +131,8 @@ class Bridge:
         self.env.close()
 )PY";
 
-std::mutex g_init_mu;
-bool g_initialised = false;
+base::Mutex g_init_mu;
+bool g_initialised GUARDED_BY(g_init_mu) = false;
 
 std::string PythonError(const py::error_already_set& e) { return e.what(); }
 
@@ -140,7 +140,7 @@ std::string PythonError(const py::error_already_set& e) { return e.what(); }
 // in a child), adds the venv's site-packages and releases the GIL; every call below
 // takes it again, so any one thread at a time may use the bridge.
 bool EnsurePython(const std::string& venv, std::string* error) {
-  std::lock_guard lock(g_init_mu);
+  base::MutexLock lock(g_init_mu);
   if (g_initialised) return true;
   if (!std::filesystem::is_directory(venv)) {
     *error = "no Python venv at " + venv +

@@ -7,10 +7,10 @@
 #include <optional>
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 
+#include "base/mutex.h"
 #include "learner/batch.h"
 #include "learner/checkpoint.h"
 #include "wire/auth.h"
@@ -149,7 +149,6 @@ struct Learner::Impl {
     int64_t table_size;
   };
   std::atomic<bool> stop{false};
-  std::string failure;  // guarded by mu: why the trainer thread ended (Learner::failure)
   std::thread receiver, trainer;
   std::atomic<int64_t> dropped[size_t(wire::DropReason::kCount)] = {};
   std::string checkpoint_path;
@@ -158,7 +157,9 @@ struct Learner::Impl {
   std::vector<int> action_limits;  // per task
   std::optional<PopArtSlots> popart;
 
-  std::mutex mu;  // guards everything below
+  // The figures the receiver and trainer threads write and FillStatus reads.
+  base::Mutex mu;
+  std::string failure GUARDED_BY(mu);  // why the trainer thread ended (Learner::failure)
   // Per task: its own return window, counters and lag (a suite's returns have different
   // scales, so one window over all tasks would mean nothing).
   struct TaskStats {
@@ -167,31 +168,40 @@ struct Learner::Impl {
     double lag_sum = 0;
     int64_t lag_count = 0;
   };
-  std::vector<TaskStats> tasks;
-  std::vector<float> popart_stats;  // PopArt: a copy of "popart/stats" for the status
-  std::deque<float> returns, lengths;
-  int64_t episodes = 0;
-  int64_t frames_to_target = -1;
-  double lag_sum = 0;
-  int64_t lag_count = 0, lag_max = 0;
+  std::vector<TaskStats> tasks GUARDED_BY(mu);
+  std::vector<float> popart_stats GUARDED_BY(mu);  // PopArt: a copy of "popart/stats" for the status
+  std::deque<float> returns GUARDED_BY(mu);
+  std::deque<float> lengths GUARDED_BY(mu);
+  int64_t episodes GUARDED_BY(mu) = 0;
+  int64_t frames_to_target GUARDED_BY(mu) = -1;
+  double lag_sum GUARDED_BY(mu) = 0;
+  int64_t lag_count GUARDED_BY(mu) = 0;
+  int64_t lag_max GUARDED_BY(mu) = 0;
   // Per actor: its trajectories' policy versions and lags on arrival (the status's actor_lags).
   struct ActorArrivals {
     int64_t version = -1, lag = 0, lag_max = 0, count = 0, total = 0;
     double lag_sum = 0;
   };
-  std::map<int, ActorArrivals> actor_arrivals;
-  LossStats last_loss;
-  double last_grad_norm = 0, last_lr = 0, train_seconds = 0, receive_wait_s = 0;
-  int64_t skipped_steps = 0;  // non-finite loss or gradient: not applied
+  std::map<int, ActorArrivals> actor_arrivals GUARDED_BY(mu);
+  LossStats last_loss GUARDED_BY(mu);
+  double last_grad_norm GUARDED_BY(mu) = 0;
+  double last_lr GUARDED_BY(mu) = 0;
+  double train_seconds GUARDED_BY(mu) = 0;
+  double receive_wait_s GUARDED_BY(mu) = 0;
+  int64_t skipped_steps GUARDED_BY(mu) = 0;  // non-finite loss or gradient: not applied
   // Replay figures: ages of sampled unrolls since the last status; cumulative counts.
-  double replay_age_sum = 0;
-  int64_t replay_age_count = 0, replay_age_max = 0, replay_inserts_refused = 0, trust_region_dropped = 0;
-  int64_t trained_fresh = 0, trained_replayed = 0;  // since the last status
+  double replay_age_sum GUARDED_BY(mu) = 0;
+  int64_t replay_age_count GUARDED_BY(mu) = 0;
+  int64_t replay_age_max GUARDED_BY(mu) = 0;
+  int64_t replay_inserts_refused GUARDED_BY(mu) = 0;
+  int64_t trust_region_dropped GUARDED_BY(mu) = 0;
+  int64_t trained_fresh GUARDED_BY(mu) = 0;  // since the last status
+  int64_t trained_replayed GUARDED_BY(mu) = 0;
   // Drop lines, rate-limited per reason for the whole learner (a claimed sender id
   // costs an attacker nothing).
-  wire::LogLimiter drop_log;
-  std::string checkpoint_error;  // the newest failed checkpoint write
-  int64_t checkpoint_failures = 0;
+  wire::LogLimiter drop_log GUARDED_BY(mu);
+  std::string checkpoint_error GUARDED_BY(mu);  // the newest failed checkpoint write
+  int64_t checkpoint_failures GUARDED_BY(mu) = 0;
   std::shared_ptr<const wire::Curve> curve;  // CURVE on: the run's keys
   std::unique_ptr<wire::ZapHandler> zap;    // ... and the handler for the PULL socket
 
@@ -278,7 +288,10 @@ bool Learner::Start(std::string* error) {
   if (!m.net) return false;
   m.layout = m.net->layout();
   m.num_tasks = wire::NumTasks(m.cfg);
-  m.tasks.assign(size_t(m.num_tasks), {});
+  {
+    base::MutexLock lock(m.mu);  // no other thread yet; the lock keeps the contract simple
+    m.tasks.assign(size_t(m.num_tasks), {});
+  }
   m.action_limits = wire::TaskActionLimits(m.cfg);
   if (m.cfg.learner().popart()) m.popart = PopArtSlotsOf(m.layout);
   m.params.assign(m.layout.total_size(), 0.f);
@@ -322,7 +335,10 @@ bool Learner::Start(std::string* error) {
   } else {
     net::InitParams(m.net->spec(), m.cfg.seed(), m.params);
   }
-  if (m.popart) m.popart_stats.assign(m.params.begin() + m.popart->stats, m.params.begin() + m.popart->stats + 2 * m.num_tasks);
+  if (m.popart) {
+    base::MutexLock lock(m.mu);
+    m.popart_stats.assign(m.params.begin() + m.popart->stats, m.params.begin() + m.popart->stats + 2 * m.num_tasks);
+  }
   if (const std::string device = m.cfg.learner().device(); device != "cpu") {
     const LossOptions lo = LossOptionsFrom(m.cfg);
     if (lo.popart || !lo.action_limits.empty()) {
@@ -430,7 +446,7 @@ bool Learner::Start(std::string* error) {
         m.TrainLoop();
       }
     } catch (const std::exception& e) {
-      std::lock_guard lock(m.mu);
+      base::MutexLock lock(m.mu);
       m.failure = std::string(m.gpu ? "device error on the trainer thread: " : "trainer thread failed: ") + e.what();
       std::fprintf(stderr, "learner %d: %s\n", m.index, m.failure.c_str());
     }
@@ -506,7 +522,7 @@ wire::DropReason Learner::Impl::CheckLag(const wire::TrajectoryBatch& b, std::st
   const int64_t lag = std::max<int64_t>(0, learner_version - version);
   const int actor = b.meta.sender().task_index();
   if (actor >= 0 && actor < cfg.actors().num_actors()) {
-    std::lock_guard lock(mu);
+    base::MutexLock lock(mu);
     ActorArrivals& a = actor_arrivals[actor];
     a.version = version;
     a.lag = lag;
@@ -529,7 +545,7 @@ void Learner::Impl::Drop(const std::vector<zmq::message_t>& parts, wire::DropRea
   int actor = -1;
   wire::Trajectory meta;
   if (!parts.empty() && wire::ParseFrame(parts[0], &meta)) actor = meta.sender().task_index();
-  std::lock_guard lock(mu);
+  base::MutexLock lock(mu);
   int64_t unlogged = 0;
   if (!drop_log.Allow(wire::DropReasonName(reason), &unlogged)) return;
   std::fprintf(stderr, "learner: dropped a trajectory from actor %d (%s): %s%s\n", actor,
@@ -557,7 +573,7 @@ wire::DropReason Learner::Impl::CheckTask(const wire::TrajectoryBatch& b, std::s
 
 void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
   {
-    std::lock_guard lock(mu);
+    base::MutexLock lock(mu);
     TaskStats& ts = tasks[size_t(b->meta.task_id())];
     for (const auto& ep : b->meta.episodes()) {
       for (auto* w : {&returns, &ts.returns}) w->push_back(ep.episode_return());
@@ -605,7 +621,7 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
     double waited = 0;
     if (!queue.Push(UnrollRef{shared, c}, &waited)) return;  // closed: stopping
     if (waited > 0) {
-      std::lock_guard lock(mu);
+      base::MutexLock lock(mu);
       receive_wait_s += waited;
     }
   }
@@ -682,7 +698,7 @@ void Learner::Impl::AfterStep(const std::vector<UnrollRef>& items, const std::ve
   if (prioritized) {
     for (int k = 0; k < r; ++k) table->UpdatePriority(picks[size_t(k)].key, priority[size_t(fresh + k)]);
   }
-  std::lock_guard lock(mu);
+  base::MutexLock lock(mu);
   replay_inserts_refused += refused;
   trust_region_dropped += st.trust_region_dropped;
 }
@@ -710,7 +726,7 @@ void Learner::Impl::UpdatePopArt(const Batch& batch, const Targets<float>& targe
     const double n = double(count[size_t(k)]);
     PopArtUpdate(*popart, params.data(), k, sum[size_t(k)] / n, square[size_t(k)] / n, cfg.learner().popart_beta());
   }
-  std::lock_guard lock(mu);
+  base::MutexLock lock(mu);
   popart_stats.assign(params.begin() + popart->stats, params.begin() + popart->stats + 2 * num_tasks);
 }
 
@@ -840,7 +856,7 @@ void Learner::Impl::StartShardedCheckpoint() {
   ckpt_abandoned = false;
   ckpt_started = Clock::now();
   if (ec) {
-    std::lock_guard lock(mu);
+    base::MutexLock lock(mu);
     checkpoint_error = "cannot start checkpoint " + ckpt_dir + ": " + ec.message();
     ++checkpoint_failures;
     ckpt_sequence = 0;
@@ -916,7 +932,7 @@ bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
   ckpt_sequence = 0;
   if (!ps::WriteManifest(ckpt_dir, m, error)) return false;
   ps::PruneCheckpoints(cfg.run_dir() + "/checkpoints", cfg.learner().checkpoints_kept());
-  std::lock_guard lock(mu);
+  base::MutexLock lock(mu);
   checkpoint_error.clear();  // the newest checkpoint is complete (failures stay counted)
   return true;
 }
@@ -944,7 +960,7 @@ void Learner::Impl::TrainLoopSharded() {
       if (PollShardedCheckpoint(&error)) last_checkpoint = Clock::now();
       if (!error.empty()) {
         std::fprintf(stderr, "learner: checkpoint failed: %s\n", error.c_str());
-        std::lock_guard lock(mu);
+        base::MutexLock lock(mu);
         checkpoint_error = error;
         ++checkpoint_failures;
       }
@@ -1004,7 +1020,7 @@ void Learner::Impl::TrainLoopSharded() {
 
 void Learner::Impl::CountSkippedStep() {
   // Counted, said once in a while; training goes on with the next batch.
-  std::lock_guard lock(mu);
+  base::MutexLock lock(mu);
   if (skipped_steps++ % 1000 == 0) {
     std::fprintf(stderr, "learner: skipped a step with a non-finite loss or gradient (%lld so far)\n",
                  (long long)skipped_steps);
@@ -1013,7 +1029,7 @@ void Learner::Impl::CountSkippedStep() {
 
 void Learner::Impl::RecordStep(const Batch& batch, int64_t trained_on, const LossStats& st, double norm, double lr,
                                double seconds) {
-  std::lock_guard lock(mu);
+  base::MutexLock lock(mu);
   for (int b = 0; b < batch.n(); ++b) {
     const int64_t lag = std::max<int64_t>(0, trained_on - batch.policy_versions[size_t(b)]);
     if (!batch.replayed.empty() && batch.replayed[size_t(b)]) {
@@ -1040,18 +1056,18 @@ void Learner::Impl::RecordStep(const Batch& batch, int64_t trained_on, const Los
 
 bool Learner::Impl::SaveCheckpoint(std::string* error) {
   if (WriteCheckpointFile(error)) {
-    std::lock_guard lock(mu);
+    base::MutexLock lock(mu);
     if (!ps_mode) checkpoint_error.clear();  // the newest checkpoint is complete (failures stay counted)
     return true;
   }
-  std::lock_guard lock(mu);
+  base::MutexLock lock(mu);
   checkpoint_error = *error;
   ++checkpoint_failures;
   return false;
 }
 
 std::string Learner::failure() const {
-  std::lock_guard lock(impl_->mu);
+  base::MutexLock lock(impl_->mu);
   return impl_->failure;
 }
 
@@ -1104,7 +1120,7 @@ bool Learner::WriteCheckpoint(std::string* error) {
     m.ckpt_sequence = 0;
     for (int i = 0; i < 20 && !m.PollParams(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (!error->empty()) {
-      std::lock_guard lock(m.mu);
+      base::MutexLock lock(m.mu);
       m.checkpoint_error = *error;
       ++m.checkpoint_failures;
       return false;
@@ -1128,7 +1144,7 @@ void Learner::FillStatus(wire::Status* s) {
       (*s->mutable_dropped_by_reason())[wire::DropReasonName(wire::DropReason(r))] = n;
     }
   }
-  std::lock_guard lock(m.mu);
+  base::MutexLock lock(m.mu);
   s->set_checkpoint_error(m.checkpoint_error);
   s->set_checkpoint_failures(m.checkpoint_failures);
   if (m.zap && m.zap->rejected() > 0) (*s->mutable_refused_by_reason())["unauthorised_connection"] = m.zap->rejected();

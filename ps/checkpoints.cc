@@ -5,10 +5,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <set>
 #include <sstream>
 
+#include "base/mutex.h"
 #include "wire/durable_file.h"
 
 namespace stampede::ps {
@@ -253,9 +253,12 @@ void PruneCheckpoints(const std::string& root, int keep) {
   // A checkpoint does not change once complete: each is read through once per process
   // (the chief prunes on its training thread after every checkpoint, so only the new one
   // is read there).
-  static std::mutex mu;
-  static std::set<std::string> verified;
-  std::lock_guard lock(mu);
+  struct Verified {
+    base::Mutex mu;
+    std::set<std::string> dirs GUARDED_BY(mu);
+  };
+  static Verified verified;
+  base::MutexLock lock(verified.mu);
   int intact = 0;
   for (const auto& [seq, dir] : Directories(root)) {
     // Once `keep` intact ones are counted, everything older goes. Before that, a damaged
@@ -263,13 +266,13 @@ void PruneCheckpoints(const std::string& root, int keep) {
     if (intact >= keep) {
       std::error_code ec;
       fs::remove_all(dir, ec);
-      verified.erase(dir);
+      verified.dirs.erase(dir);
       continue;
     }
     Manifest m;
     std::string error;
-    if (verified.count(dir) || Verify(dir, &m, &error)) {
-      verified.insert(dir);
+    if (verified.dirs.count(dir) || Verify(dir, &m, &error)) {
+      verified.dirs.insert(dir);
       ++intact;
     }
   }

@@ -1,13 +1,13 @@
 // A bounded FIFO shared between threads (producer: the learner's receiver; consumer:
 // its trainer). When full, Push waits (the wait is measured and returned, never a
-// silent drop); when empty, PopUpTo waits up to a deadline. Close() wakes everyone.
+// silent drop); when empty, PopExactly waits up to a deadline. Close() wakes everyone.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace stampede::replay {
 
@@ -18,28 +18,29 @@ class BoundedQueue {
 
   // Waits while full. Returns false if the queue was closed (the item is not queued).
   // Adds the seconds spent waiting to *waited_s.
-  bool Push(T item, double* waited_s = nullptr) {
-    std::unique_lock lock(mu_);
+  bool Push(T item, double* waited_s = nullptr) EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
     if (items_.size() >= capacity_ && !closed_) {
       const auto start = std::chrono::steady_clock::now();
-      not_full_.wait(lock, [&] { return items_.size() < capacity_ || closed_; });
+      while (items_.size() >= capacity_ && !closed_) not_full_.Wait(mu_);
       if (waited_s != nullptr) {
         *waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       }
     }
     if (closed_) return false;
     items_.push_back(std::move(item));
-    not_empty_.notify_one();
+    not_empty_.NotifyOne();
     return true;
   }
 
   // Takes exactly n items, waiting until that many are queued or `timeout` passes.
   // Returns false (taking nothing) on timeout or close.
   template <class Rep, class Period>
-  bool PopExactly(size_t n, std::vector<T>* out, std::chrono::duration<Rep, Period> timeout) {
-    std::unique_lock lock(mu_);
-    if (!not_empty_.wait_for(lock, timeout, [&] { return items_.size() >= n || closed_; })) {
-      return false;
+  bool PopExactly(size_t n, std::vector<T>* out, std::chrono::duration<Rep, Period> timeout) EXCLUDES(mu_) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    base::MutexLock lock(mu_);
+    while (items_.size() < n && !closed_) {
+      if (!not_empty_.WaitUntil(mu_, deadline)) break;
     }
     if (closed_ || items_.size() < n) return false;
     out->clear();
@@ -47,29 +48,29 @@ class BoundedQueue {
       out->push_back(std::move(items_.front()));
       items_.pop_front();
     }
-    not_full_.notify_all();
+    not_full_.NotifyAll();
     return true;
   }
 
-  void Close() {
-    std::lock_guard lock(mu_);
+  void Close() EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
     closed_ = true;
-    not_full_.notify_all();
-    not_empty_.notify_all();
+    not_full_.NotifyAll();
+    not_empty_.NotifyAll();
   }
 
-  size_t size() const {
-    std::lock_guard lock(mu_);
+  size_t size() const EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
     return items_.size();
   }
   size_t capacity() const { return capacity_; }
 
  private:
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable not_full_, not_empty_;
-  std::deque<T> items_;  // guarded by mu_
-  bool closed_ = false;  // guarded by mu_
+  mutable base::Mutex mu_;
+  base::CondVar not_full_, not_empty_;
+  std::deque<T> items_ GUARDED_BY(mu_);
+  bool closed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace stampede::replay

@@ -6,14 +6,14 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "base/mutex.h"
 
 namespace stampede::replay {
 
@@ -102,9 +102,9 @@ class Table {
   // (the item is not stored).
   template <class Rep, class Period>
   bool Insert(std::shared_ptr<const T> item, int64_t bytes, double priority,
-              std::chrono::duration<Rep, Period> timeout) {
-    std::unique_lock lock(mu_);
-    if (!Wait(lock, timeout, [&] { return limiter_.CanInsert(size()); }, &stats_.insert_waits)) return false;
+              std::chrono::duration<Rep, Period> timeout) EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
+    if (!WaitReady(/*sample=*/false, timeout, &stats_.insert_waits)) return false;
     const uint64_t key = next_key_++;
     items_.emplace(key, Entry{std::move(item), bytes, 0});
     order_.push_back(key);
@@ -116,18 +116,16 @@ class Table {
       RemoveOldest();
       ++stats_.removed_oldest;
     }
-    changed_.notify_all();
+    changed_.NotifyAll();
     return true;
   }
 
   // Samples one item; waits up to `timeout` while the table is empty or the limiter
   // refuses. False on timeout or close.
   template <class Rep, class Period>
-  bool Sample(Sampled* out, std::chrono::duration<Rep, Period> timeout) {
-    std::unique_lock lock(mu_);
-    if (!Wait(lock, timeout, [&] { return size() > 0 && limiter_.CanSample(size()); }, &stats_.sample_waits)) {
-      return false;
-    }
+  bool Sample(Sampled* out, std::chrono::duration<Rep, Period> timeout) EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
+    if (!WaitReady(/*sample=*/true, timeout, &stats_.sample_waits)) return false;
     const double u = double(Next() >> 11) * 0x1.0p-53;
     const auto [key, probability] = selector_->Sample(u);
     Entry& e = items_.at(key);
@@ -143,31 +141,31 @@ class Table {
       Remove(key);
       ++stats_.removed_sampled;
     }
-    changed_.notify_all();
+    changed_.NotifyAll();
     return true;
   }
 
   // New priority for an item still in the table; ignored for one that has gone.
-  void UpdatePriority(uint64_t key, double priority) {
-    std::lock_guard lock(mu_);
+  void UpdatePriority(uint64_t key, double priority) EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
     if (items_.count(key)) selector_->Update(key, priority);
   }
 
   // Whether a Sample would return at once.
-  bool CanSample() const {
-    std::lock_guard lock(mu_);
+  bool CanSample() const EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
     return !closed_ && size() > 0 && limiter_.CanSample(size());
   }
 
   // Wakes every waiting call; later calls return false at once.
-  void Close() {
-    std::lock_guard lock(mu_);
+  void Close() EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
     closed_ = true;
-    changed_.notify_all();
+    changed_.NotifyAll();
   }
 
-  TableStats stats() const {
-    std::lock_guard lock(mu_);
+  TableStats stats() const EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
     TableStats s = stats_;
     s.size = size();
     s.bytes = bytes_;
@@ -183,17 +181,25 @@ class Table {
     int64_t bytes = 0;
     int64_t times_sampled = 0;
   };
-  int64_t size() const { return int64_t(items_.size()); }
-  template <class Rep, class Period, class Pred>
-  bool Wait(std::unique_lock<std::mutex>& lock, std::chrono::duration<Rep, Period> timeout, Pred ready,
-            int64_t* waits) {
-    if (closed_) return false;
-    if (ready()) return true;
-    ++*waits;
-    changed_.wait_for(lock, timeout, [&] { return closed_ || ready(); });
-    return !closed_ && ready();
+  int64_t size() const REQUIRES(mu_) { return int64_t(items_.size()); }
+  // Whether an insert (sample false) or a sample may go ahead now.
+  bool Ready(bool sample) const REQUIRES(mu_) {
+    return sample ? size() > 0 && limiter_.CanSample(size()) : limiter_.CanInsert(size());
   }
-  void Remove(uint64_t key) {
+  // Waits up to `timeout` until Ready(sample) or the table closes (counted in *waits if
+  // it had to wait); true if the call may go ahead.
+  template <class Rep, class Period>
+  bool WaitReady(bool sample, std::chrono::duration<Rep, Period> timeout, int64_t* waits) REQUIRES(mu_) {
+    if (closed_) return false;
+    if (Ready(sample)) return true;
+    ++*waits;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!closed_ && !Ready(sample)) {
+      if (!changed_.WaitUntil(mu_, deadline)) break;
+    }
+    return !closed_ && Ready(sample);
+  }
+  void Remove(uint64_t key) REQUIRES(mu_) {
     auto it = items_.find(key);
     bytes_ -= it->second.bytes;
     selector_->Delete(key);
@@ -201,8 +207,8 @@ class Table {
     // order_ may keep keys removed by sampling; those at its front go now.
     while (!order_.empty() && !items_.count(order_.front())) order_.pop_front();
   }
-  void RemoveOldest() { Remove(order_.front()); }
-  uint64_t Next() {  // SplitMix64
+  void RemoveOldest() REQUIRES(mu_) { Remove(order_.front()); }
+  uint64_t Next() REQUIRES(mu_) {  // SplitMix64
     uint64_t z = (rng_ += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -210,16 +216,17 @@ class Table {
   }
 
   const TableOptions o_;
-  mutable std::mutex mu_;
-  std::condition_variable changed_;
-  std::unique_ptr<Selector> selector_;  // guarded by mu_, as everything below
-  RateLimiter limiter_;
-  std::unordered_map<uint64_t, Entry> items_;
-  std::deque<uint64_t> order_;  // keys in insertion order (some already removed)
-  int64_t bytes_ = 0;
-  uint64_t next_key_ = 0, rng_;
-  TableStats stats_;
-  bool closed_ = false;
+  mutable base::Mutex mu_;
+  base::CondVar changed_;
+  const std::unique_ptr<Selector> selector_ PT_GUARDED_BY(mu_);
+  RateLimiter limiter_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, Entry> items_ GUARDED_BY(mu_);
+  std::deque<uint64_t> order_ GUARDED_BY(mu_);  // keys in insertion order (some already removed)
+  int64_t bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t next_key_ GUARDED_BY(mu_) = 0;
+  uint64_t rng_ GUARDED_BY(mu_);
+  TableStats stats_ GUARDED_BY(mu_);
+  bool closed_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace stampede::replay

@@ -266,7 +266,7 @@ TEST_CASE("coordinator: a stop goes actors and other learners, then the chief, t
   CHECK(f.sinks.summary["exit_code"] == 0);
 }
 
-TEST_CASE("coordinator: a learner that fails on its way out fails the run; the grace ends in SIGKILL",
+TEST_CASE("coordinator: a learner that fails on its way out fails the run, and the grace ends in SIGKILL",
           "[coordinator]") {
   Fixture f(TestConfig());
   f.launcher.Take("start");

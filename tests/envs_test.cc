@@ -9,7 +9,17 @@
 #include "envs/catch.h"
 #include "envs/env.h"
 
-using namespace stampede::envs;
+// Not `using namespace`: envs::Catch would make Catch2's own `Catch::` ambiguous.
+using stampede::envs::AsBytes;
+using stampede::envs::CartPole;
+using stampede::envs::DType;
+using stampede::envs::Env;
+using stampede::envs::EnvOptions;
+using stampede::envs::MakeEnv;
+using stampede::envs::RegisteredEnvs;
+using stampede::envs::ActionKind;
+using stampede::envs::EnvSpec;
+using stampede::envs::StepResult;
 
 namespace {
 std::span<std::byte> B(std::vector<float>& v) { return AsBytes(v); }

@@ -1,12 +1,13 @@
 // The replay table (replay/table.h): each selector's order or distribution, removal by
 // age, bytes and times sampled, the rate limiter's blocking and release (synchronised on
-// the table's own wait counters, no sleeps), and close while blocked.
+// the table's own wait counters, no sleeps), and close while blocked; the bounded queue.
 #include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cmath>
 #include <thread>
 
+#include "replay/bounded_queue.h"
 #include "replay/table.h"
 
 using namespace stampede::replay;
@@ -230,4 +231,60 @@ TEST_CASE("replay: selector names", "[replay]") {
   CHECK(std::string(MakeSelector("uniform", 0)->name()) == "uniform");
   CHECK(std::string(MakeSelector("prioritized", 0.6)->name()) == "prioritized");
   CHECK(MakeSelector("lifo", 0) == nullptr);
+}
+
+// ---- the bounded queue between the learner's receiver and trainer
+
+TEST_CASE("bounded queue: FIFO order, exact pops, and a full queue makes the producer wait", "[replay]") {
+  stampede::replay::BoundedQueue<int> q(3);
+  for (int i = 0; i < 3; ++i) REQUIRE(q.Push(i));
+  CHECK(q.size() == 3);
+  std::vector<int> out;
+  // Fewer queued than asked: nothing is taken, after the timeout.
+  CHECK_FALSE(q.PopExactly(4, &out, std::chrono::milliseconds(1)));
+  CHECK(q.size() == 3);
+  // The producer blocks on the full queue until the consumer takes two.
+  std::atomic<bool> pushed{false};
+  double waited = 0;
+  std::thread producer([&] {
+    REQUIRE(q.Push(3, &waited));
+    pushed = true;
+  });
+  // The push cannot complete before room is made: whenever the producer has got to it,
+  // the queue still holds 3 and the push has not returned.
+  CHECK(q.size() == 3);
+  CHECK_FALSE(pushed);
+  REQUIRE(q.PopExactly(2, &out, std::chrono::seconds(5)));
+  CHECK(out == std::vector<int>{0, 1});
+  producer.join();
+  CHECK(pushed);
+  CHECK(waited >= 0);
+  REQUIRE(q.PopExactly(2, &out, std::chrono::seconds(5)));
+  CHECK(out == std::vector<int>{2, 3});
+  CHECK(q.size() == 0);
+}
+
+TEST_CASE("bounded queue: Close wakes a waiting consumer and refuses later pushes", "[replay]") {
+  stampede::replay::BoundedQueue<int> q(2);
+  std::atomic<int> result{-1};
+  std::thread consumer([&] {
+    std::vector<int> out;
+    result = q.PopExactly(1, &out, std::chrono::seconds(30)) ? 1 : 0;
+  });
+  q.Close();
+  consumer.join();  // returns long before its 30 s deadline: woken by Close
+  CHECK(result == 0);
+  CHECK_FALSE(q.Push(7));
+  CHECK(q.size() == 0);
+}
+
+TEST_CASE("bounded queue: Close wakes a producer blocked on a full queue", "[replay]") {
+  stampede::replay::BoundedQueue<int> q(1);
+  REQUIRE(q.Push(1));
+  std::atomic<int> result{-1};
+  std::thread producer([&] { result = q.Push(2) ? 1 : 0; });
+  q.Close();
+  producer.join();
+  CHECK(result == 0);
+  CHECK(q.size() == 1);  // what was queued before the close is still there
 }

@@ -66,7 +66,8 @@ for mode in "${MODES[@]}"; do
       failed=$((failed + 1))
     fi
     total=$((total + 1))
-    echo "chaos: $verdict $mode run $run: $kills kills ($killed ), exit $rc, summary exit_code $code, frames $frames of $FRAMES, restarts $(json "$S" "d['restarts']") + actors $(json "$S" "d['actor_restarts']"), newest checkpoint: $(echo "$ckpt" | tail -1 | sed "s|$WORK/||")"
+    abandoned=$(cat "$D"/logs/learner-*.log 2>/dev/null | grep -c "abandoned")
+    echo "chaos: $verdict $mode run $run: $kills kills ($killed ), exit $rc, summary exit_code $code, frames $frames of $FRAMES, restarts $(json "$S" "d['restarts']") + actors $(json "$S" "d['actor_restarts']"), checkpoint rounds abandoned $abandoned, failed $(json "$S" "d.get('checkpoint_failures', 0)"), newest checkpoint: $(echo "$ckpt" | tail -1 | sed "s|$WORK/||")"
     if [[ $verdict == FAIL ]]; then
       echo "chaos: the run's stderr ends:" && grep -v "^\[" "$D.out" | tail -15 | sed 's/^/    /'
     fi

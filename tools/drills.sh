@@ -2,7 +2,7 @@
 # Drills: scripted attacks and faults against real fleets (issue 7). Prints a table
 # (scenario, expected, observed, verdict) and exits non-zero if any drill fails.
 #
-#   tools/drills.sh            # all drills (about 3 minutes on 2 cores)
+#   tools/drills.sh            # all drills (about 5 minutes on 2 cores)
 #   tools/drills.sh --quick    # the ones without a learning run (seconds)
 #
 # Needs a build (tools/build.sh). The full-disk drills mount a small tmpfs when run as
@@ -209,6 +209,12 @@ S="$WORK/stall/summary.json"
 row "no learner step (every trajectory out of range)" "stops with exit 1 and a diagnosis" \
   "exit $rc; diagnosis names out_of_range: $(json $S "'out_of_range' in d['stop_reason']")" \
   $([[ $rc == 1 && $(json $S "'stalled' in d['stop_reason'] and 'out_of_range' in d['stop_reason']") == True ]] && echo 0 || echo 1)
+
+# ---------------------------------------------------------------- random kills (tools/chaos.sh)
+# A short version (12 s of kills per mode); `tools/chaos.sh` alone runs 40 s.
+out=$(STAMPEDE_BIN="$BIN" tools/chaos.sh 12 1 2>&1); rc=$?
+row "random kill -9s (relay, sync, async)" "exit 0, budget, complete newest checkpoint" \
+  "$(echo "$out" | tail -1 | sed 's/^chaos: //'); kills: $(echo "$out" | grep -o '[0-9]* kills' | cut -d' ' -f1 | paste -sd, -)" $rc
 fi
 
 # ---------------------------------------------------------------- the table

@@ -10,10 +10,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 #include <vector>
 
+#include "base/mutex.h"
 #include "wire/durable_file.h"
 
 namespace stampede::wire {
@@ -22,12 +22,13 @@ std::atomic<bool> Trace::enabled_{false};
 
 namespace {
 struct State {
-  std::mutex mu;
-  std::FILE* file = nullptr;
-  int pid = 0;
-  int64_t events = 0, dropped = 0;
-  bool first = true;
-  std::string buffer;
+  base::Mutex mu;
+  std::FILE* file GUARDED_BY(mu) = nullptr;
+  int pid GUARDED_BY(mu) = 0;
+  int64_t events GUARDED_BY(mu) = 0;
+  int64_t dropped GUARDED_BY(mu) = 0;
+  bool first GUARDED_BY(mu) = true;
+  std::string buffer GUARDED_BY(mu);
 };
 State& S() {
   static State* s = new State;  // never destroyed: spans may end during exit
@@ -43,7 +44,7 @@ std::string Escape(const std::string& s) {
   return out;
 }
 
-void FlushLocked(State& s) {
+void FlushLocked(State& s) REQUIRES(s.mu) {
   if (s.file && !s.buffer.empty()) {
     std::fwrite(s.buffer.data(), 1, s.buffer.size(), s.file);
     std::fflush(s.file);
@@ -51,7 +52,7 @@ void FlushLocked(State& s) {
   s.buffer.clear();
 }
 
-void Append(State& s, const std::string& event) {
+void Append(State& s, const std::string& event) REQUIRES(s.mu) {
   s.buffer += s.first ? "[\n" : ",\n";
   s.first = false;
   s.buffer += event;
@@ -61,7 +62,7 @@ void Append(State& s, const std::string& event) {
 
 bool Trace::Open(const std::string& path, const std::string& process, std::string* error) {
   State& s = S();
-  std::lock_guard lock(s.mu);
+  base::MutexLock lock(s.mu);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   s.file = std::fopen(path.c_str(), "w");
@@ -84,7 +85,7 @@ bool Trace::Open(const std::string& path, const std::string& process, std::strin
 
 void Trace::Close() {
   State& s = S();
-  std::lock_guard lock(s.mu);
+  base::MutexLock lock(s.mu);
   if (!s.file) return;
   enabled_ = false;
   if (s.dropped > 0) {
@@ -100,12 +101,12 @@ void Trace::Close() {
 void Trace::Complete(const char* name, const char* category, int64_t start_us, int64_t dur_us) {
   State& s = S();
   const long tid = ::syscall(SYS_gettid);
+  base::MutexLock lock(s.mu);
+  if (!s.file) return;
   char event[320];
   std::snprintf(event, sizeof event,
                 "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%lld,\"dur\":%lld,\"pid\":%d,\"tid\":%ld}", name,
                 category, (long long)start_us, (long long)std::max<int64_t>(0, dur_us), s.pid, tid);
-  std::lock_guard lock(s.mu);
-  if (!s.file) return;
   if (s.events >= kMaxEvents) {
     ++s.dropped;
     return;

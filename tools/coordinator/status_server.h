@@ -6,13 +6,13 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include <caf/all.hpp>
 #include <zmq.hpp>
 
+#include "base/mutex.h"
 #include "wire/auth.h"
 #include "wire/messages.pb.h"
 
@@ -28,18 +28,18 @@ using ready_atom = caf::atom_constant<caf::atom("ready")>;
 // by the status server with every heartbeat).
 class ControlBoard {
  public:
-  void Set(std::vector<wire::Control> stops) {
-    std::lock_guard lock(mu_);
+  void Set(std::vector<wire::Control> stops) EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
     stops_ = std::move(stops);
   }
-  std::vector<wire::Control> Get() {
-    std::lock_guard lock(mu_);
+  std::vector<wire::Control> Get() EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
     return stops_;
   }
 
  private:
-  std::mutex mu_;
-  std::vector<wire::Control> stops_;
+  base::Mutex mu_;
+  std::vector<wire::Control> stops_ GUARDED_BY(mu_);
 };
 
 struct StatusServerOptions {
