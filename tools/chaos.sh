@@ -21,8 +21,9 @@ WORK=$(mktemp -d /tmp/stampede-chaos.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1" 2>/dev/null; }
 
-# Enough frames that the budget comes after the kill window (Catch runs at 40-100k frames/s here).
-FRAMES=${CHAOS_FRAMES:-$((KILL_S * 60000 + 600000))}
+# Enough frames that the budget comes after the kill window (Catch fleets run at 60-110k
+# frames/s here, less while processes restart).
+FRAMES=${CHAOS_FRAMES:-$((KILL_S * 130000 + 1000000))}
 COMMON=(--set stop.stop_at_target=false --set stop.target_return=0 --set "stop.total_env_frames=$FRAMES"
         --set coordinator.max_restarts=1000 --set coordinator.max_actor_restarts=1000
         --set learner.checkpoint_interval_s=1)
