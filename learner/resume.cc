@@ -1,7 +1,5 @@
 #include "learner/resume.h"
 
-#include <filesystem>
-
 #include "learner/checkpoint.h"
 #include "ps/checkpoints.h"
 #include "wire/config.h"
@@ -15,20 +13,8 @@ bool FindResumePoint(const config::Config& cfg, ResumePoint* point, std::vector<
   if (ShardsOwnOptimizer(cfg)) {
     point->sharded = true;
     const std::string root = dir + "/checkpoints";
-    std::error_code ec;
-    int64_t newest = -1;
-    for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind("ckpt-", 0) != 0) continue;
-      try {
-        const int64_t seq = std::stoll(name.substr(5));
-        if (seq > newest) {
-          newest = seq;
-          point->newest_dir = e.path().string();
-        }
-      } catch (...) {
-      }
-    }
+    const int64_t newest = ps::NextCheckpointSequence(root) - 1;  // 0: no directory at all
+    if (newest > 0) point->newest_dir = ps::CheckpointDir(root, newest);
     ps::FoundCheckpoint found;
     if (!ps::FindNewestCheckpoint(root, &found, warnings)) {
       *error = "no complete checkpoint in " + root + " to resume from";

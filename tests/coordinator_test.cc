@@ -122,6 +122,16 @@ struct Fixture {
     return -1;
   }
   void Exit(wire::Role role, int index, ExitStatus how = {true, 0, 0}) { core->OnExit(Id(role, index), how, 0, t); }
+  // Every local process exits cleanly, actors first, then learners, then shards.
+  void ExitInStopOrder() {
+    for (wire::Role role : {wire::ROLE_ACTOR, wire::ROLE_LEARNER, wire::ROLE_PS}) {
+      std::vector<int> indices;
+      for (const auto& [key, p] : core->processes().all()) {
+        if (p.role == role) indices.push_back(p.index);
+      }
+      for (int index : indices) Exit(role, index);
+    }
+  }
   void Status(const wire::Status& s) { core->OnStatus(s.SerializeAsString(), "", t); }
   // A status from the local process of `role` `index` (its pid as the launcher gave it).
   wire::Status StatusOf(wire::Role role, int index) {
@@ -426,10 +436,7 @@ TEST_CASE("coordinator: a failed checkpoint fails the run only if no later one c
     f.Status(s);
     CHECK(f.sinks.Events("checkpoint_recovered") == 1);
     f.launcher.Take("start");
-    for (auto [role, index] : {std::pair{wire::ROLE_ACTOR, 0}, {wire::ROLE_ACTOR, 1}, {wire::ROLE_LEARNER, 0},
-                               {wire::ROLE_PS, 0}}) {
-      f.Exit(role, index);
-    }
+    f.ExitInStopOrder();
     REQUIRE(f.core->finished());
     CHECK(f.result.exit_code == 0);
     CHECK(f.sinks.summary["checkpoint_failures"] == 1);
@@ -444,10 +451,7 @@ TEST_CASE("coordinator: a failed checkpoint fails the run only if no later one c
     s.set_checkpoint_error("disk full");
     s.set_checkpoint_failures(1);
     f.Status(s);
-    for (auto [role, index] : {std::pair{wire::ROLE_ACTOR, 0}, {wire::ROLE_ACTOR, 1}, {wire::ROLE_LEARNER, 0},
-                               {wire::ROLE_PS, 0}}) {
-      f.Exit(role, index);
-    }
+    f.ExitInStopOrder();
     REQUIRE(f.core->finished());
     CHECK(f.result.exit_code == 1);
     CHECK(f.sinks.summary["checkpoint_error"] == "disk full");

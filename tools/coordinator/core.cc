@@ -52,8 +52,6 @@ Process* ProcessTable::FindLocal(ProcessId id) {
   return nullptr;
 }
 
-bool ProcessTable::Contains(wire::Role role, int index) const { return procs_.count({int(role), index}) > 0; }
-
 int ProcessTable::Alive(wire::Role role) const {
   int n = 0;
   for (const auto& [key, p] : procs_) n += p.role == role && (p.local || !p.stopped);
@@ -109,7 +107,7 @@ void Core::Event(const std::string& name, nlohmann::json extra, Clock::time_poin
   sinks_->Metrics(extra);
 }
 
-void Core::StartProcess(wire::Role role, int index, int restarts, Clock::time_point now) {
+ProcessId Core::StartProcess(wire::Role role, int index, int restarts, Clock::time_point now) {
   Process p;
   p.role = role;
   p.index = index;
@@ -120,6 +118,7 @@ void Core::StartProcess(wire::Role role, int index, int restarts, Clock::time_po
   procs_.Add(p);
   sinks_->Processes(procs_.Text());
   Event("spawn", {{"role", wire::RoleName(role)}, {"index", index}, {"pid", p.id}}, now);
+  return p.id;
 }
 
 void Core::Start(Clock::time_point now) {
@@ -192,9 +191,9 @@ void Core::Finish(Clock::time_point now) {
   r.actor_restarts = actor_restarts_;
   // Frames this run produced (a restored learner starts from its checkpoint's count).
   const double fps = r.wall_seconds > 0 ? double(r.env_frames - figures_.start_frames) / r.wall_seconds : 0;
-  if (!figures_.checkpoint_error.empty()) {
-    // A run whose checkpoint could not be written did not end well, whatever stopped it.
-    sinks_->Warn("stampede: a checkpoint write failed: " + figures_.checkpoint_error + "\n");
+  if (const std::string error = figures_.CheckpointError(); !error.empty()) {
+    // A run that could not end with a complete checkpoint did not end well, whatever stopped it.
+    sinks_->Warn("stampede: a checkpoint write failed: " + error + "\n");
     if (r.exit_code == 0) r.exit_code = 1;
   }
   sinks_->Summary(Views::Summary(*this, fps));
@@ -298,13 +297,6 @@ void Core::OnCheckpointReport(const wire::Status& s, Clock::time_point now) {
     mine = s.checkpoint_error();
   }
   figures_.checkpoint_failures = std::max(figures_.checkpoint_failures, s.checkpoint_failures());
-  figures_.checkpoint_error.clear();
-  for (const auto& [l, e] : figures_.checkpoint_errors) {
-    if (!e.empty()) {
-      figures_.checkpoint_error = e;
-      break;
-    }
-  }
 }
 
 // A process started elsewhere: known from its statuses.
@@ -450,8 +442,7 @@ void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Cloc
       return;
     }
     ++actor_restarts_;
-    StartProcess(wire::ROLE_ACTOR, c.index, 0, now);
-    const ProcessId fresh = procs_.Find(wire::ROLE_ACTOR, c.index)->id;
+    const ProcessId fresh = StartProcess(wire::ROLE_ACTOR, c.index, 0, now);
     // The end of its log says why (an env's error, a Python traceback).
     const std::string tail = launcher_->LogTail(c.role, c.index, 1000);
     sinks_->Warn(Printf("stampede: %s (pid %lld) %s; restarted as pid %lld; its log (%s) %s\n", who.c_str(),
@@ -541,8 +532,7 @@ void Core::OnTick(Clock::time_point now) {
     const PendingRespawn r = respawns_[i];
     respawns_.erase(respawns_.begin() + long(i));
     const int n = restarts_[{int(r.role), r.index}];
-    StartProcess(r.role, r.index, n, now);
-    const ProcessId fresh = procs_.Find(r.role, r.index)->id;
+    const ProcessId fresh = StartProcess(r.role, r.index, n, now);
     Say(Printf("stampede: restarted %s as pid %lld\n", Who(r.role, r.index).c_str(), (long long)fresh));
     Event("restart", {{"process", Who(r.role, r.index)}, {"pid", fresh}, {"restart", n}}, now);
   }

@@ -52,7 +52,6 @@ class ProcessTable {
   void Remove(wire::Role role, int index);
   Process* Find(wire::Role role, int index);
   Process* FindLocal(ProcessId id);
-  bool Contains(wire::Role role, int index) const;
   // Running: local ones, and remote ones not stopped.
   int Alive(wire::Role role) const;
   bool AnyAlive(wire::Role role, bool chief) const;  // learners: the chief (index 0) or the others
@@ -80,11 +79,17 @@ struct LearnerFigures {
   std::map<int, wire::Status> learners;   // newest per learner index
   std::map<int, wire::Status> ps;         // newest per PS shard
   int64_t start_frames = 0;               // frames the learners started from (a restore)
-  // Each learner's newest failed checkpoint write, cleared when a later one completes;
-  // `checkpoint_error` is the first of them (the run fails for it only if it stands at the end).
+  // Each learner's newest failed checkpoint write, cleared when a later one completes
+  // (the run fails for one only if it stands at the end).
   std::map<int, std::string> checkpoint_errors;
-  std::string checkpoint_error;
   int64_t checkpoint_failures = 0;  // failed writes over the run, whatever came after
+  // The first learner's standing error ("" if none).
+  std::string CheckpointError() const {
+    for (const auto& [index, e] : checkpoint_errors) {
+      if (!e.empty()) return e;
+    }
+    return {};
+  }
 };
 
 // What bounds a learner's frame count: the actors' own counts.
@@ -142,7 +147,7 @@ class Core {
     Clock::time_point due;
   };
 
-  void StartProcess(wire::Role role, int index, int restarts, Clock::time_point now);
+  ProcessId StartProcess(wire::Role role, int index, int restarts, Clock::time_point now);
   void StopNextStage();
   void Finish(Clock::time_point now);
   void Event(const std::string& name, nlohmann::json extra, Clock::time_point now);

@@ -9,33 +9,34 @@
 
 namespace stampede::tools::coord {
 
+namespace {
+// Binds `socket` to `endpoint`; false, with the reason on stderr, if it cannot.
+bool Bind(zmq::socket_t& socket, const std::string& endpoint, const char* what, const char* field) {
+  try {
+    socket.bind(endpoint);
+    return true;
+  } catch (const zmq::error_t& e) {
+    std::fprintf(stderr, "stampede: cannot bind the coordinator's %s %s (%s): %s\n", what, endpoint.c_str(), field,
+                 e.what());
+    return false;
+  }
+}
+}  // namespace
+
 void StatusServer(caf::blocking_actor* self, caf::actor supervisor, zmq::context_t* ctx, StatusServerOptions opt) {
   using Clock = std::chrono::steady_clock;
   zmq::socket_t control(*ctx, zmq::socket_type::pub);
   wire::ConfigureSender(control, 1000, 0);
   if (opt.curve != nullptr) opt.curve->MakeServer(control, wire::kDomainControl);
-  try {
-    control.bind(opt.control_endpoint);
-  } catch (const zmq::error_t& e) {
-    std::fprintf(stderr, "stampede: cannot bind the coordinator's control socket %s (cluster.control): %s\n",
-                 opt.control_endpoint.c_str(), e.what());
-    self->send(supervisor, ready_atom::value, false);
-    return;
-  }
   zmq::socket_t pull(*ctx, zmq::socket_type::pull);
   // Statuses are small: a bounded size and queue keep a flood from growing memory.
   wire::ConfigureReceiver(pull, opt.max_status_bytes);
   pull.set(zmq::sockopt::rcvhwm, 256);
   if (opt.curve != nullptr) opt.curve->MakeServer(pull, wire::kDomainStatus);
-  try {
-    pull.bind(opt.status_endpoint);
-  } catch (const zmq::error_t& e) {
-    std::fprintf(stderr, "stampede: cannot bind the coordinator's status socket %s (cluster.coordinator): %s\n",
-                 opt.status_endpoint.c_str(), e.what());
-    self->send(supervisor, ready_atom::value, false);
-    return;
-  }
-  self->send(supervisor, ready_atom::value, true);
+  const bool bound = Bind(control, opt.control_endpoint, "control socket", "cluster.control") &&
+                     Bind(pull, opt.status_endpoint, "status socket", "cluster.coordinator");
+  self->send(supervisor, ready_atom::value, bound);
+  if (!bound) return;
   bool signalled = false;
   auto last_beat = Clock::now() - std::chrono::seconds(1);
   zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0}};

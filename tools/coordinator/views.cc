@@ -311,7 +311,7 @@ nlohmann::json Views::Summary(const Core& c, double fps) {
                             {"seconds_to_target", r.seconds_to_target},
                             {"target_return", cfg.stop().target_return()},
                             {"actor_restarts", r.actor_restarts}};
-  if (!c.figures_.checkpoint_error.empty()) summary["checkpoint_error"] = c.figures_.checkpoint_error;
+  if (const std::string error = c.figures_.CheckpointError(); !error.empty()) summary["checkpoint_error"] = error;
   if (c.figures_.checkpoint_failures > 0) summary["checkpoint_failures"] = c.figures_.checkpoint_failures;
   if (c.forged_statuses_ > 0) summary["forged_statuses"] = c.forged_statuses_;
   if (c.implausible_statuses_ > 0) summary["implausible_statuses"] = c.implausible_statuses_;
