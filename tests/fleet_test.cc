@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -202,7 +204,10 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
     INFO("actor " << index << ": " << a.dump());
     CHECK(a["policy_version"].get<long long>() > 0);
     CHECK(a["lag"].get<long long>() >= 0);
-    CHECK(a["lag_max"].get<long long>() < 100);  // about 20 here; 1000 is the stale bound
+    // The largest lag is one unlucky moment: an actor descheduled for 0.15 s on a loaded
+    // machine while the learner steps 1500 times a second comes back 226 versions behind
+    // (seen in CI). Only the stale bound that the actor watch enforces bounds it.
+    CHECK(a["lag_max"].get<long long>() < 1000);
     CHECK(a["fetcher_resets"].get<long long>() == 0);
     CHECK(a["trajectories"].get<long long>() > 100);
     // Its parameters follow what its fetcher heard of (nothing frozen) ...
@@ -214,6 +219,21 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
     CHECK(summary["learner_steps"].get<long long>() - a["policy_version"].get<long long>() < 1000);
   }
   CHECK(summary["actors"].size() == 2);
+  // The typical lag is small: per actor, the median over progress rows of the rows' mean
+  // lag on arrival stays well under the stale bound (about 5-10 here, loaded or not).
+  for (const std::string index : {"0", "1"}) {
+    std::vector<double> means;
+    for (const auto& r : rows) {
+      if (r.contains("actors") && !r.contains("event") && r["actors"].contains(index) &&
+          r["actors"][index].contains("lag_mean") && r["actors"][index]["trajectories"].get<long long>() > 0) {
+        means.push_back(r["actors"][index]["lag_mean"].get<double>());
+      }
+    }
+    INFO("actor " << index << ": " << means.size() << " rows");
+    REQUIRE(!means.empty());
+    std::nth_element(means.begin(), means.begin() + means.size() / 2, means.end());
+    CHECK(means[means.size() / 2] < 100);
+  }
   CHECK(last["worst_actor_lag"].get<long long>() >= 0);
   CHECK(last.value("dropped_trajectories", 0) == 0);
   CHECK_THAT(Slurp(p.output_path), Catch::Contains("(worst actor "));
