@@ -7,13 +7,15 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "actors/actor.h"
 #include "envs/env.h"
+#include "learner/role.h"
+#include "ps/role.h"
 #include "tools/bench.h"
 #include "tools/sweep.h"
 #include "tools/coordinator.h"
 #include "tools/eval.h"
 #include "tools/report.h"
-#include "tools/roles.h"
 #include "tools/signals.h"
 #include "tools/spec.h"
 #include "wire/auth.h"
@@ -331,9 +333,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "stampede %s: %s\n", role.c_str(), error.c_str());
       }
     }
-    if (role == "actor") return stampede::tools::RunActorRole(loaded.config, task_index);
-    if (role == "learner") return stampede::tools::RunLearnerRole(loaded.config, task_index, restarts);
-    return stampede::tools::RunPsRole(loaded.config, task_index, restarts);
+    if (role == "actor") return stampede::actors::RunActor(loaded.config, task_index, stampede::tools::StopFlag());
+    if (role == "learner") return stampede::learner::RunLearnerRole(loaded.config, task_index, restarts, stampede::tools::StopFlag());
+    return stampede::ps::RunPsRole(loaded.config, task_index, restarts, stampede::tools::StopFlag());
   }
   return 2;
 }

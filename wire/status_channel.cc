@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <thread>
 
 #include "wire/auth.h"
 #include "wire/zmq_util.h"
@@ -70,6 +71,13 @@ void StatusChannel::Send(const char* activity) {
   status_.set_activity(activity);
   if (socket_) (void)SendMessage(*socket_, status_);
   Listen();
+}
+
+void SleepUnlessStopped(double seconds, const std::atomic<bool>& stop) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!stop.load() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace stampede::wire

@@ -40,4 +40,8 @@ class StatusChannel {
   std::chrono::steady_clock::time_point last_heard_, last_warned_;
 };
 
+// Sleeps `seconds`, waking every 20 ms to return early once `stop` is set: a role's
+// reporting loop between two status messages.
+void SleepUnlessStopped(double seconds, const std::atomic<bool>& stop);
+
 }  // namespace stampede::wire

@@ -1,0 +1,72 @@
+#include "learner/role.h"
+
+#include <cstdio>
+
+#include "learner/learner.h"
+#include "wire/auth.h"
+#include "wire/config.h"
+#include "wire/exit_codes.h"
+#include "wire/status_channel.h"
+#include "wire/zmq_util.h"
+
+namespace stampede::learner {
+
+int RunLearnerRole(const config::Config& cfg, int task_index, int restarts, std::atomic<bool>& stop) {
+  if (task_index < 0 || task_index >= cfg.learner().num_learners()) {
+    std::fprintf(stderr, "learner: task index %d, but learner.num_learners is %d\n", task_index,
+                 cfg.learner().num_learners());
+    return 2;
+  }
+  if (LearnerEndpoint(cfg, task_index).empty()) {
+    std::fprintf(stderr, "learner %d: cluster.learners has no endpoint for it\n", task_index);
+    return 2;
+  }
+  std::string error;
+  auto curve = wire::RunCurve(cfg, wire::Identity("learner", task_index), &error);
+  if (!curve && !error.empty()) {
+    std::fprintf(stderr, "learner: %s\n", error.c_str());
+    return 2;
+  }
+  zmq::context_t ctx(1);
+  const uint64_t incarnation = wire::NewIncarnation();
+  // The first status goes out after Start, so the coordinator's first learner status
+  // carries real counts (a restored learner starts from its checkpoint's).
+  wire::StatusChannel channel(ctx, cfg.cluster().coordinator(),
+                              wire::MakeSender(wire::ROLE_LEARNER, task_index, incarnation), curve.get(),
+                              cfg.cluster().control(), &stop);
+  Learner learner(cfg, ctx, LearnerEndpoint(cfg, task_index), incarnation, curve, task_index, restarts > 0);
+  if (!learner.Start(&error)) {
+    std::fprintf(stderr, "learner: %s\n", error.c_str());
+    return 2;
+  }
+  while (!stop.load() && learner.failure().empty()) {
+    wire::SleepUnlessStopped(cfg.learner().status_interval_s(), stop);
+    learner.FillStatus(&channel.status());
+    channel.Send("training");
+  }
+  learner.Stop();
+  if (const std::string failure = learner.failure(); !failure.empty()) {
+    // Not restarted: the same device would fail the same way. The parameters on the
+    // device cannot be trusted, so no final checkpoint either (the last one stands).
+    learner.FillStatus(&channel.status());
+    channel.Send(("stopped; " + failure).c_str());
+    return wire::kExitDeviceError;
+  }
+  learner.FillStatus(&channel.status());
+  if (!cfg.run_dir().empty()) {
+    if (!learner.WriteCheckpoint(&error)) {
+      std::fprintf(stderr, "learner: final checkpoint failed: %s\n", error.c_str());
+      learner.FillStatus(&channel.status());  // carries checkpoint_error
+      channel.Send("stopped; final checkpoint FAILED");
+      return 1;
+    }
+    if (task_index == 0) {
+      std::fprintf(stderr, "learner: final checkpoint at version %lld written to %s/checkpoint.bin\n",
+                   (long long)learner.policy_version(), cfg.run_dir().c_str());
+    }
+  }
+  channel.Send("stopped");
+  return 0;
+}
+
+}  // namespace stampede::learner

@@ -1,0 +1,121 @@
+#include "ps/role.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "ps/checkpoints.h"
+#include "ps/shard.h"
+#include "wire/auth.h"
+#include "wire/config.h"
+#include "wire/status_channel.h"
+#include "wire/zmq_util.h"
+
+namespace stampede::ps {
+
+int RunPsRole(const config::Config& cfg, int task_index, int restarts, std::atomic<bool>& stop) {
+  if (task_index < 0 || task_index >= cfg.cluster().ps_size()) {
+    std::fprintf(stderr, "ps: task index %d, but cluster.ps lists %d endpoints\n", task_index,
+                 cfg.cluster().ps_size());
+    return 2;
+  }
+  std::string error;
+  auto curve = wire::RunCurve(cfg, wire::Identity("ps", task_index), &error);
+  if (!curve && !error.empty()) {
+    std::fprintf(stderr, "ps %d: %s\n", task_index, error.c_str());
+    return 2;
+  }
+  zmq::context_t ctx(1);
+  // CURVE: gets from actors and learners, puts (checked per request) from learners.
+  std::unique_ptr<wire::ZapHandler> zap;
+  if (curve) zap = std::make_unique<wire::ZapHandler>(ctx, *curve, wire::RunAllowList(), "ps " + std::to_string(task_index));
+  ShardOptions opt;
+  opt.shard = task_index;
+  opt.num_shards = cfg.ps().num_shards();
+  opt.versions_kept = cfg.ps().versions_kept();
+  opt.max_message_bytes = cfg.cluster().max_message_bytes();
+  opt.incarnation = wire::NewIncarnation();
+  opt.curve = curve.get();
+  opt.mode = UpdateModeOf(cfg.learner().update_mode());
+  opt.num_learners = cfg.learner().num_learners();
+  opt.replicas_to_aggregate =
+      cfg.learner().replicas_to_aggregate() > 0 ? cfg.learner().replicas_to_aggregate() : cfg.learner().num_learners();
+  opt.max_staleness = cfg.learner().max_gradient_staleness();
+  opt.rms_decay = float(cfg.learner().optimizer().decay());
+  opt.rms_momentum = float(cfg.learner().optimizer().momentum());
+  opt.rms_epsilon = float(cfg.learner().optimizer().epsilon());
+  if (opt.mode != UpdateMode::kRelay && !cfg.run_dir().empty()) {
+    // The shard owns its slice's optimizer: it numbers versions above anything it served
+    // before (the mark), and starts from the newest complete checkpoint if there is one.
+    opt.version_mark_path = cfg.run_dir() + "/ps-" + std::to_string(task_index) + ".version";
+    opt.checkpoint_root = cfg.run_dir() + "/checkpoints";
+    FoundCheckpoint found;
+    std::vector<std::string> warnings;
+    const bool have = FindNewestCheckpoint(cfg.run_dir() + "/checkpoints", &found, &warnings);
+    for (const auto& w : warnings) std::fprintf(stderr, "ps %d: WARNING: %s\n", task_index, w.c_str());
+    if (have) {
+      auto part = std::make_shared<ShardPart>();
+      std::string bytes;
+      const ManifestPart* listed = nullptr;
+      for (const auto& p : found.manifest.parts) {
+        if (p.file == ShardPartName(task_index)) listed = &p;
+      }
+      if (listed == nullptr || !ReadPart(found.dir, *listed, &bytes, &error) ||
+          !ParseShardPart(bytes, found.dir + "/" + ShardPartName(task_index), part.get(), &error) ||
+          part->shard != task_index || part->num_shards != opt.num_shards) {
+        std::fprintf(stderr, "ps %d: checkpoint %s has no usable part for this shard%s%s\n", task_index,
+                     found.dir.c_str(), error.empty() ? "" : ": ", error.c_str());
+        return 2;
+      }
+      const int64_t mark = ReadVersionMark(opt.version_mark_path);
+      std::fprintf(stderr, "ps %d: restored the parameters and optimizer state of version %lld from %s%s; serving them as version %lld\n",
+                   task_index, (long long)part->version, found.dir.c_str(), restarts > 0 ? " after a restart" : "",
+                   (long long)std::max(part->version, mark));
+      opt.restore = part;
+    }
+  }
+  wire::StatusChannel channel(ctx, cfg.cluster().coordinator(),
+                              wire::MakeSender(wire::ROLE_PS, task_index, opt.incarnation), curve.get(),
+                              cfg.cluster().control(), &stop);
+  Shard shard(ctx, opt);
+  if (!shard.Bind(cfg.cluster().ps(task_index), &error)) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 2;
+  }
+  std::thread server([&] { shard.Run(stop); });
+  auto report = [&](const char* activity) {
+    wire::Status& s = channel.status();
+    s.set_policy_version(shard.stats().newest_version.load());
+    auto& refused = *s.mutable_refused_by_reason();
+    for (size_t r = 0; r < size_t(Refusal::kCount); ++r) {
+      if (const int64_t n = shard.stats().refused[r].load()) refused[RefusalName(Refusal(r))] = n;
+    }
+    if (zap && zap->rejected() > 0) refused["unauthorised_connection"] = zap->rejected();
+    s.set_gradients_applied(shard.stats().gradients_applied.load());
+    s.set_gradients_dropped(shard.stats().gradients_dropped.load());
+    s.clear_staleness_histogram();
+    if (opt.mode == UpdateMode::kAsync) {
+      for (const auto& n : shard.stats().staleness) s.add_staleness_histogram(n.load());
+    }
+    channel.Send(activity);
+  };
+  while (!stop.load()) {
+    report("serving");
+    wire::SleepUnlessStopped(1.0, stop);
+  }
+  server.join();
+  if (!opt.version_mark_path.empty() && shard.stats().newest_version.load() >= 0) {
+    // A clean stop: nothing above the newest version was served, so a resumed run can
+    // number on from exactly there.
+    std::string mark_error;
+    if (!WriteVersionMark(opt.version_mark_path, shard.stats().newest_version.load(), &mark_error)) {
+      std::fprintf(stderr, "ps %d: %s\n", task_index, mark_error.c_str());
+    }
+  }
+  report("stopped");
+  return 0;
+}
+
+}  // namespace stampede::ps

@@ -1,0 +1,16 @@
+// A parameter-server shard process as `stampede role ps` runs it: restores its slice from
+// the newest complete checkpoint, serves gets and puts until `stop`, reports to the
+// coordinator every second and leaves its version mark on a clean stop. Returns the
+// process exit code.
+#pragma once
+
+#include <atomic>
+
+#include "wire/config.pb.h"
+
+namespace stampede::ps {
+
+// `restarts`: how many times the coordinator restarted this process after it died.
+int RunPsRole(const config::Config& cfg, int task_index, int restarts, std::atomic<bool>& stop);
+
+}  // namespace stampede::ps

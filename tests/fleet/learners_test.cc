@@ -1,0 +1,281 @@
+// Fleet tests with several learners and PS shards (sync and async), kills and resume,
+// and processes started by hand on distinct hosts.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/fleet/harness.h"
+
+namespace fs = std::filesystem;
+using namespace stampede::fleet;
+
+TEST_CASE("fleet: 2 learners x 3 shards x 4 actors learn Catch in sync and in async mode", "[fleet][learners]") {
+  for (const std::string mode : {"sync", "async"}) {
+    SECTION(mode) {
+      const std::string run_dir = FreshRunDir("learners_" + mode);
+      Proc p = Start({"run", "configs/catch_2learners.textproto", "--run-dir", run_dir, "--set",
+                      "learner.update_mode=" + mode},
+                     run_dir + ".out");
+      const int code = Wait(p, std::chrono::seconds(120));
+      const std::string out = Slurp(p.output_path);
+      INFO(out);
+      REQUIRE(code == 0);
+      const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+      CHECK(summary["stop_reason"] == "target return reached");
+      // The 100-episode mean passed 0.9; episodes that end while the roles stop still
+      // count, so the final mean can sit a little lower (0.87 once in async mode).
+      CHECK(summary["frames_to_target"].get<long long>() > 0);
+      CHECK(summary["mean_return_100"].get<double>() >= 0.8);
+      REQUIRE(summary["learners"].size() == 2);
+      for (const auto& [index, l] : summary["learners"].items()) CHECK(l["env_frames"].get<int64_t>() > 0);
+      REQUIRE(summary["ps"].size() == 3);
+      int64_t applied = 0;
+      for (const auto& [shard, s] : summary["ps"].items()) {
+        INFO("ps " << shard);
+        CHECK(s["gradients_applied"].get<int64_t>() > 10);
+        applied = std::max(applied, s["gradients_applied"].get<int64_t>());
+        // Sync with replicas_to_aggregate = num_learners: nothing is ever too old.
+        if (mode == "sync") CHECK(s["gradients_dropped"].get<int64_t>() == 0);
+        if (mode == "async") {
+          int64_t counted = 0;
+          for (const auto& n : s["staleness_histogram"]) counted += n.get<int64_t>();
+          CHECK(counted == s["gradients_applied"].get<int64_t>());
+        }
+      }
+      // Sync: one step per pair of gradients, so the learners computed about twice as many.
+      int64_t computed = 0;
+      for (const auto& [index, l] : summary["learners"].items()) computed += l["steps"].get<int64_t>();
+      if (mode == "sync") CHECK(computed >= 2 * applied);
+      // The chief's sharded checkpoint: a manifest over every shard's part.
+      {
+        bool manifest = false;
+        for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) {
+          manifest = manifest || fs::exists(e.path() / "MANIFEST");
+          if (fs::exists(e.path() / "MANIFEST")) {
+            for (int s = 0; s < 3; ++s) CHECK(fs::exists(e.path() / ("shard-" + std::to_string(s) + ".bin")));
+          }
+        }
+        CHECK(manifest);
+      }
+      CHECK(fs::exists(run_dir + "/checkpoint.bin"));
+      CheckNeverBackwards(Metrics(run_dir));
+      CheckNoneLeft(Spawned(Metrics(run_dir)));
+    }
+  }
+}
+
+TEST_CASE("fleet: kill -9 of a shard and then of a learner mid-run: the run recovers and learns", "[fleet][learners]") {
+  for (const std::string mode : {"sync", "async", "relay"}) {
+    SECTION(mode) {
+      const std::string run_dir = FreshRunDir("recover_" + mode);
+      const bool sharded = mode != "relay";
+      std::vector<std::string> args = {"run", sharded ? "configs/catch_2learners.textproto" : "configs/catch.textproto",
+                                       "--run-dir", run_dir, "--set", "stop.stop_at_target=false",
+                                       "--set", "stop.total_env_frames=700000", "--set", "learner.checkpoint_interval_s=0.3"};
+      if (sharded) args.push_back("--set"), args.push_back("learner.update_mode=" + mode);
+      Proc p = Start(args, run_dir + ".out");
+      const std::string shard = sharded ? "ps 1" : "ps 0", learner = sharded ? "learner 1" : "learner 0";
+      const int ps_pid = PidOnceTraining(run_dir, shard, 30);
+      REQUIRE(ps_pid > 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // a checkpoint or two
+      REQUIRE(::kill(ps_pid, SIGKILL) == 0);
+      REQUIRE(WaitRestart(run_dir, shard) > 0);
+      const int learner_pid = PidOnceTraining(run_dir, learner, 30);
+      REQUIRE(learner_pid > 0);
+      REQUIRE(::kill(learner_pid, SIGKILL) == 0);
+      REQUIRE(WaitRestart(run_dir, learner) > 0);
+      const int code = Wait(p, std::chrono::seconds(120));
+      const std::string out = Slurp(p.output_path);
+      INFO(out);
+      REQUIRE(code == 0);
+      const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+      CHECK(summary["restarts"].get<int>() == 2);
+      CHECK(summary["env_frames"].get<int64_t>() >= 700000);
+      CHECK(summary["mean_return_100"].get<double>() >= 0.9);
+      CheckNeverBackwards(Metrics(run_dir));
+      const std::string shard_log = Slurp(run_dir + "/logs/" + (sharded ? "ps-1" : "ps-0") + ".log");
+      const std::string learner_log = Slurp(run_dir + "/logs/" + (sharded ? "learner-1" : "learner-0") + ".log");
+      if (sharded) {
+        // The shard came back from the newest complete checkpoint, numbered above what it served.
+        CHECK_THAT(shard_log, Catch::Contains("after a restart; serving them as version"));
+      } else {
+        CHECK_THAT(learner_log, Catch::Contains("learner: restarted: restored version"));
+      }
+      CheckNoneLeft(Spawned(Metrics(run_dir)));
+    }
+  }
+}
+
+TEST_CASE("fleet: a silent actor is reported with its last activity and restarted", "[fleet]") {
+  const std::string run_dir = FreshRunDir("silent");
+  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
+                  "stop.total_env_frames=1000000000", "--set", "coordinator.heartbeat_timeout_s=3"},
+                 run_dir + ".out");
+  const int victim = PidOnceTraining(run_dir, "actor 1");
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGSTOP) == 0);  // alive but silent: a hung actor
+  bool silent = false, restarted = false;
+  REQUIRE(WaitFor([&] {
+    for (const auto& r : Metrics(run_dir)) {
+      if (r.value("event", "") == "silent") {
+        silent = true;
+        CHECK(r["process"].get<std::string>() == "actor 1");
+        CHECK(r["last_activity"].get<std::string>().size() > 0);
+      }
+      if (r.value("event", "") == "actor_restart" && r["old_pid"].get<int>() == victim) restarted = true;
+    }
+    return silent && restarted;
+  }, std::chrono::seconds(30)));
+  ::kill(-p.pid, SIGINT);
+  const int code = Wait(p, std::chrono::seconds(60));
+  const std::string out = Slurp(p.output_path);
+  INFO(out);
+  CHECK(code == 130);
+  CHECK_THAT(out, Catch::Contains("actor 1 (pid " + std::to_string(victim) + ") silent for"));
+  CheckNoneLeft(Spawned(Metrics(run_dir)));
+}
+
+TEST_CASE("fleet: --resume continues a stopped run with exactly its parameters and optimizer state and version", "[fleet][learners]") {
+  for (const std::string mode : {"relay", "sync"}) {
+    SECTION(mode) {
+      const std::string run_dir = FreshRunDir("resume_" + mode);
+      const bool sharded = mode == "sync";
+      Proc first = Start({"run", sharded ? "configs/catch_2learners.textproto" : "configs/catch.textproto", "--run-dir",
+                          run_dir, "--set", "stop.stop_at_target=false", "--set", "stop.total_env_frames=100000"},
+                         run_dir + ".out");
+      REQUIRE(Wait(first, std::chrono::seconds(60)) == 0);
+      const json before = json::parse(Slurp(run_dir + "/summary.json"));
+      // What the stopped run left: the relay learner's checkpoint, or the shards' parts.
+      std::map<std::string, std::string> parts;
+      std::string newest;
+      if (sharded) {
+        for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) newest = std::max(newest, e.path().string());
+        for (int s = 0; s < 3; ++s) parts[std::to_string(s)] = Slurp(newest + "/shard-" + std::to_string(s) + ".bin");
+      } else {
+        parts["learner"] = Slurp(run_dir + "/checkpoint.bin");
+      }
+      // Resumed with the budget already spent: it restores and stops without a step, and
+      // its final checkpoint is the same bytes (parameters, optimizer state, version, counters).
+      Proc again = Start({"run", "--resume", run_dir}, run_dir + ".again.out");
+      REQUIRE(Wait(again, std::chrono::seconds(60)) == 0);
+      const std::string out = Slurp(again.output_path);
+      INFO(out);
+      CHECK_THAT(out, Catch::Contains("stampede: resuming " + run_dir));
+      if (sharded) {
+        std::string latest;
+        for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) latest = std::max(latest, e.path().string());
+        REQUIRE(latest != newest);
+        for (int s = 0; s < 3; ++s) CHECK(Slurp(latest + "/shard-" + std::to_string(s) + ".bin") == parts[std::to_string(s)]);
+      } else {
+        CHECK(Slurp(run_dir + "/checkpoint.bin") == parts["learner"]);
+      }
+      // Resumed with a larger budget: it goes on from the stopped run's step and frames.
+      Proc more = Start({"run", "--resume", run_dir, "--set", "stop.total_env_frames=250000"}, run_dir + ".more.out");
+      REQUIRE(Wait(more, std::chrono::seconds(60)) == 0);
+      const json after = json::parse(Slurp(run_dir + "/summary.json"));
+      CHECK(after["env_frames"].get<int64_t>() >= 250000);
+      CHECK(after["learner_steps"].get<int64_t>() > before["learner_steps"].get<int64_t>());
+      int resumes = 0;
+      int64_t first_step_after = -1;
+      for (const auto& r : Metrics(run_dir)) {
+        resumes += r.value("event", "") == "resume";
+        if (resumes == 2 && !r.contains("event") && first_step_after < 0) first_step_after = r["learner_step"].get<int64_t>();
+      }
+      CHECK(resumes == 2);
+      CHECK(first_step_after >= before["learner_steps"].get<int64_t>());
+    }
+  }
+}
+
+namespace {
+// A free TCP port on `host` (one of the 127.x.y.z loopback addresses).
+int FreePortOn(const char* host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ::inet_pton(AF_INET, host, &addr.sin_addr);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+}  // namespace
+
+TEST_CASE("fleet: processes started by hand on distinct loopback hosts report to stampede coordinator and stop at the budget", "[fleet][hosts]") {
+  const std::string run_dir = FreshRunDir("hosts");
+  const std::string config = run_dir + ".textproto";
+  auto at = [](const char* host) { return std::string("tcp://") + host + ":" + std::to_string(FreePortOn(host)); };
+  {
+    std::ofstream out(config);
+    out << "env { name: \"Catch\" }\n"
+           "net { hidden_sizes: [64] }\n"
+           "actors { num_actors: 2 envs_per_actor: 8 unroll_length: 10 }\n"
+           "learner { batch_size: 16 optimizer { learning_rate: 0.002 } }\n"
+           "ps { num_shards: 2 }\n"
+           "stop { total_env_frames: 300000 }\n"
+           "cluster {\n"
+        << "  coordinator: \"" << at("127.0.0.2") << "\"\n"
+        << "  control: \"" << at("127.0.0.2") << "\"\n"
+        << "  learner: \"" << at("127.0.0.3") << "\"\n"
+        << "  ps: [\"" << at("127.0.0.4") << "\", \"" << at("127.0.0.5") << "\"]\n"
+        << "}\n";
+  }
+  Proc coordinator = Start({"coordinator", config, "--run-dir", run_dir}, run_dir + ".out");
+  const std::string resolved = run_dir + "/config.textproto";
+  REQUIRE(WaitFor([&] { return fs::exists(resolved); }, std::chrono::seconds(30)));
+  std::vector<Proc> roles;
+  for (const auto& [role, index] : std::vector<std::pair<std::string, int>>{
+           {"ps", 0}, {"ps", 1}, {"learner", 0}, {"actor", 0}, {"actor", 1}}) {
+    roles.push_back(Start({role, "--config", resolved, "--task-index", std::to_string(index)},
+                          run_dir + "." + role + std::to_string(index) + ".out"));
+  }
+  const int code = Wait(coordinator, std::chrono::seconds(90));
+  const std::string out = Slurp(coordinator.output_path);
+  INFO(out);
+  REQUIRE(code == 0);
+  // Every process heard the stop and exited cleanly; the learner wrote its checkpoint.
+  for (const auto& r : roles) {
+    INFO(Slurp(r.output_path));
+    CHECK(Wait(r, std::chrono::seconds(30)) == 0);
+    CHECK_THAT(Slurp(r.output_path), Catch::Contains("the coordinator stops the run: frame budget of 300000 spent"));
+  }
+  for (const char* who : {"ps 0 joined", "ps 1 joined", "learner 0 joined", "actor 0 joined", "actor 1 joined"}) {
+    CHECK_THAT(out, Catch::Contains(who));
+  }
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  CHECK(summary["stop_reason"] == "frame budget of 300000 spent");
+  CHECK(summary["env_frames"].get<int64_t>() >= 300000);
+  int progress_rows = 0;
+  for (const auto& r : Metrics(run_dir)) progress_rows += !r.contains("event") && r["env_frames"].get<int64_t>() > 0;
+  CHECK(progress_rows >= 1);
+  CHECK(fs::exists(run_dir + "/checkpoint.bin"));
+
+  // With the coordinator gone, a process says within seconds that it cannot reach it.
+  Proc lonely = Start({"actor", "--config", resolved, "--task-index", "0"}, run_dir + ".lonely.out");
+  const bool said = WaitFor([&] { return Slurp(lonely.output_path).find("nothing from the coordinator") != std::string::npos; },
+                            std::chrono::seconds(15));
+  ::kill(-lonely.pid, SIGKILL);
+  int status = 0;
+  ::waitpid(lonely.pid, &status, 0);
+  CHECK(said);
+}
