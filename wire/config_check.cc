@@ -1,0 +1,288 @@
+// ValidateConfig: every range, name and cross-field rule a config must satisfy, each
+// failure naming the field and where the config set it (LoadedConfig::Where).
+#include "wire/config.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "wire/config_detail.h"
+
+namespace stampede {
+
+using config_detail::FormatNumber;
+using config_detail::NumbersAt;
+
+namespace {
+struct Range {
+  const char* path;
+  double lo;
+  double hi;
+  bool lo_open;
+  bool integer;
+};
+// Every numeric field with a limit. Values outside stop the program before start-up.
+constexpr Range kRanges[] = {
+    {"env.max_episode_steps", 0, 1e9, false, true},
+    {"net.hidden_sizes", 1, 65536, false, true},
+    {"net.fc_size", 1, 65536, false, true},
+    {"net.lstm_size", 0, 65536, false, true},
+    {"actors.num_actors", 1, 1024, false, true},
+    {"actors.envs_per_actor", 1, 4096, false, true},
+    {"actors.unroll_length", 1, 10000, false, true},
+    {"actors.first_params_timeout_s", 0, 1e6, true, false},
+    {"actors.max_policy_lag", 0, 1e9, false, true},
+    {"actors.max_params_age_s", 0, 1e9, false, false},
+    {"learner.max_policy_lag", 0, 1e9, false, true},
+    {"learner.batch_size", 1, 65536, false, true},
+    {"learner.reward_clip", 0, 1e9, false, false},
+    {"learner.reward_scale", 0, 1e9, true, false},
+    {"learner.discount", 0, 1, false, false},
+    {"learner.lambda", 0, 1, false, false},
+    {"learner.clip_rho_threshold", -1e9, 1e9, false, false},
+    {"learner.clip_c_threshold", -1e9, 1e9, false, false},
+    {"learner.clip_pg_rho_threshold", -1e9, 1e9, false, false},
+    {"learner.baseline_cost", 0, 1e6, false, false},
+    {"learner.entropy_cost", 0, 1e6, false, false},
+    {"learner.max_grad_norm", -1e30, 1e30, false, false},
+    {"learner.publish_every", 1, 1e6, false, true},
+    {"learner.queue_capacity", 1, 1e7, false, true},
+    {"learner.optimizer.learning_rate", 0, 10, true, false},
+    {"learner.optimizer.decay", 0, 1, false, false},
+    {"learner.optimizer.momentum", 0, 1, false, false},
+    {"learner.optimizer.epsilon", 0, 1e6, true, false},
+    {"learner.status_interval_s", 0, 60, true, false},
+    {"learner.checkpoint_interval_s", 0, 1e9, false, false},
+    {"ps.num_shards", 1, 64, false, true},
+    {"ps.versions_kept", 1, 1024, false, true},
+    {"stop.total_env_frames", 1, 1e15, false, true},
+    {"stop.max_learner_steps", 0, 1e15, false, true},
+    {"stop.target_return", -1e30, 1e30, false, false},
+    {"cluster.max_message_bytes", 1024, 1e12, false, true},
+    {"coordinator.progress_interval_s", 0, 5, true, false},
+    {"coordinator.heartbeat_timeout_s", 0, 1e6, true, false},
+    {"coordinator.max_actor_restarts", 0, 1e9, false, true},
+    {"coordinator.shutdown_grace_s", 0, 3600, true, false},
+    {"coordinator.stall_timeout_s", 0, 1e6, false, false},
+    {"coordinator.max_status_bytes", 4096, 1 << 30, false, true},
+    {"wire.max_abs_observation", 0, 3e38, true, false},
+    {"wire.max_abs_reward", 0, 3e38, true, false},
+    {"learner.popart_beta", 0, 1, true, false},
+    {"ps.partition_bytes", 0, 1e15, false, true},
+    {"suite.obs_shape", 1, 65536, false, true},
+    {"suite.task_lines_every", 0, 1e6, false, true},
+    {"learner.num_learners", 1, 64, false, true},
+    {"learner.checkpoints_kept", 1, 1000, false, true},
+    {"learner.replicas_to_aggregate", 0, 64, false, true},
+    {"learner.max_gradient_staleness", 0, 1e6, false, true},
+    {"coordinator.max_restarts", 0, 1e6, false, true},
+    {"coordinator.restart_backoff_s", 0, 3600, false, false},
+    {"learner.replay.fraction", 0, 1, false, false},
+    {"learner.replay.capacity", 1, 1e8, false, true},
+    {"learner.replay.priority_exponent", 0, 10, false, false},
+    {"learner.replay.samples_per_insert", 0, 1e6, false, false},
+    {"learner.replay.error_buffer", 0, 1e12, false, false},
+    {"learner.replay.min_size", 1, 1e8, false, true},
+    {"learner.replay.max_times_sampled", 0, 1e9, false, true},
+    {"learner.replay.max_bytes", 0, 1e13, false, true},
+    {"learner.replay.importance_exponent", 0, 1, false, false},
+    {"learner.replay.trust_region_kl", 0, 1e6, false, false},
+};
+}  // namespace
+
+namespace {
+// The tasks of a multi-task config (wire/tasks.h assigns actors to them).
+bool ValidateTasks(const LoadedConfig& loaded, std::string* error) {
+  const auto& c = loaded.config;
+  const std::string rule = c.suite().obs_rule();
+  if (rule != "pad" && rule != "resize") {
+    *error = loaded.Where("suite.obs_rule") + ": suite.obs_rule: \"" + rule +
+             "\" is not known, expected \"pad\" or \"resize\"";
+    return false;
+  }
+  if (c.tasks().empty()) return true;
+  config::EnvConfig env = c.env();
+  env.clear_resolved_spec();
+  if (env.ByteSizeLong() > 0) {
+    *error = loaded.Where("env") + ": env and tasks are both set: a multi-task config gives each task's env "
+             "inside tasks { ... } (env alone is the one-task shorthand)";
+    return false;
+  }
+  std::set<std::string> names;
+  int64_t fixed = 0, by_weight = 0;
+  for (int i = 0; i < c.tasks_size(); ++i) {
+    const auto& t = c.tasks(i);
+    const std::string at = "tasks[" + std::to_string(i) + "]";
+    auto fail = [&](const std::string& field, const std::string& what) {
+      *error = loaded.Where(at + "." + field) + ": " + at + "." + field + " (task \"" + t.name() + "\"): " + what;
+      return false;
+    };
+    if (t.name().empty() || t.name().find_first_not_of(
+                                "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != std::string::npos) {
+      return fail("name", "expected a non-empty name of letters, digits, '_', '.' or '-'");
+    }
+    if (!names.insert(t.name()).second) return fail("name", "another task has this name");
+    if (!t.has_env()) return fail("env", "the task has no env");
+    if (!t.env().plugin().empty() && !t.env().gym_id().empty()) {
+      return fail("env", "both plugin and gym_id are set, expected one");
+    }
+    if (t.actors() < 0 || t.actors() > 1024) return fail("actors", std::to_string(t.actors()) + " is out of range, expected [0, 1024]");
+    if (!(std::isfinite(t.weight()) && t.weight() > 0)) return fail("weight", FormatNumber(t.weight()) + " is not a positive number");
+    if (!std::isfinite(t.random_score()) || !std::isfinite(t.reference_score()) || !std::isfinite(t.target_return())) {
+      return fail("reference_score", "random_score, reference_score and target_return must be finite");
+    }
+    if (t.has_reference_score() && t.reference_score() == t.random_score()) {
+      return fail("reference_score", "equals random_score, so scores cannot be normalised");
+    }
+    if (t.actors() > 0) {
+      fixed += t.actors();
+    } else {
+      ++by_weight;
+    }
+  }
+  const int64_t actors = c.actors().num_actors();
+  if (fixed + by_weight > actors) {
+    *error = loaded.Where("actors.num_actors") + ": actors.num_actors: " + std::to_string(actors) +
+             " actors cannot run the " + std::to_string(c.tasks_size()) + " tasks (" + std::to_string(fixed) +
+             " named in tasks.actors, and at least one each for the " + std::to_string(by_weight) +
+             " tasks shared by weight)";
+    return false;
+  }
+  if (by_weight == 0 && fixed != actors) {
+    *error = loaded.Where("actors.num_actors") + ": actors.num_actors: " + std::to_string(actors) +
+             ", but the tasks' actors add up to " + std::to_string(fixed) + " (set them equal, or leave a task's actors at 0)";
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
+bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
+  for (const Range& range : kRanges) {
+    for (double v : NumbersAt(loaded.config, range.path)) {
+      bool ok = std::isfinite(v) && (range.lo_open ? v > range.lo : v >= range.lo) && v <= range.hi;
+      if (ok) continue;
+      *error = loaded.Where(range.path) + ": " + range.path + ": " + FormatNumber(v) +
+               " is out of range, expected " + (range.integer ? "an integer" : "a number") +
+               " in " + (range.lo_open ? "(" : "[") + FormatNumber(range.lo) + ", " +
+               FormatNumber(range.hi) + "]";
+      return false;
+    }
+  }
+  const auto& c = loaded.config;
+  const std::string act = c.net().activation();
+  if (act != "relu" && act != "tanh") {
+    *error = loaded.Where("net.activation") + ": net.activation: \"" + act +
+             "\" is not known, expected \"relu\" or \"tanh\"";
+    return false;
+  }
+  if (c.net().hidden_sizes_size() > 64) {
+    *error = loaded.Where("net.hidden_sizes") + ": net.hidden_sizes: " +
+             std::to_string(c.net().hidden_sizes_size()) + " layers, expected at most 64";
+    return false;
+  }
+  const std::string torso = c.net().torso();
+  if (torso != "mlp" && torso != "shallow_cnn" && torso != "deep_resnet" && torso != "small_cnn") {
+    *error = loaded.Where("net.torso") + ": net.torso: \"" + torso +
+             "\" is not known, expected \"mlp\", \"shallow_cnn\", \"deep_resnet\" or \"small_cnn\"";
+    return false;
+  }
+  const std::string device = c.learner().device();
+  if (device != "cpu" && !(device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
+                           device.find_first_not_of("0123456789", 5) == std::string::npos)) {
+    *error = loaded.Where("learner.device") + ": learner.device: \"" + device +
+             "\" is not known, expected \"cpu\" or \"cuda:N\" (N a GPU index)";
+    return false;
+  }
+  if (!c.env().plugin().empty() && !c.env().gym_id().empty()) {
+    *error = loaded.Where("env.gym_id") + ": env: both plugin and gym_id are set, expected one "
+             "(a plug-in library, a gymnasium id, or neither for a built-in env)";
+    return false;
+  }
+  const std::string vec = c.env().gym_vectorization();
+  if (vec != "" && vec != "sync") {
+    *error = loaded.Where("env.gym_vectorization") + ": env.gym_vectorization: \"" + vec +
+             "\" is not known, expected \"\" (the env's own vector env) or \"sync\"";
+    return false;
+  }
+  if (c.learner().queue_capacity() < c.learner().batch_size()) {
+    *error = loaded.Where("learner.queue_capacity") + ": learner.queue_capacity: " +
+             std::to_string(c.learner().queue_capacity()) +
+             " unrolls cannot hold one batch, expected at least learner.batch_size (" +
+             std::to_string(c.learner().batch_size()) + ")";
+    return false;
+  }
+  if (!ValidateTasks(loaded, error)) return false;
+  const std::string placement = c.ps().placement();
+  if (placement != "greedy" && placement != "round_robin" && placement != "contiguous") {
+    *error = loaded.Where("ps.placement") + ": ps.placement: \"" + placement +
+             "\" is not known, expected \"greedy\", \"round_robin\" or \"contiguous\"";
+    return false;
+  }
+  {
+    const auto& lc = c.learner();
+    const std::string mode = lc.update_mode();
+    if (mode != "relay" && mode != "sync" && mode != "async") {
+      *error = loaded.Where("learner.update_mode") + ": learner.update_mode: \"" + mode +
+               "\" is not known, expected \"relay\", \"sync\" or \"async\"";
+      return false;
+    }
+    if (mode == "relay" && lc.num_learners() > 1) {
+      *error = loaded.Where("learner.num_learners") + ": learner.num_learners: " + std::to_string(lc.num_learners()) +
+               " learners need learner.update_mode \"sync\" or \"async\" (in \"relay\" one learner owns the optimizer)";
+      return false;
+    }
+    if (lc.replicas_to_aggregate() > lc.num_learners()) {
+      *error = loaded.Where("learner.replicas_to_aggregate") + ": learner.replicas_to_aggregate: " +
+               std::to_string(lc.replicas_to_aggregate()) + " is more than learner.num_learners (" +
+               std::to_string(lc.num_learners()) + ")";
+      return false;
+    }
+    if (mode != "relay" && (lc.device() != "cpu" || lc.popart())) {
+      *error = loaded.Where("learner.update_mode") + ": learner.update_mode \"" + mode +
+               "\" runs on the CPU learner without PopArt (learner.device \"cpu\", learner.popart false)";
+      return false;
+    }
+    const auto& rc = lc.replay();
+    if (rc.fraction() >= 1) {
+      *error = loaded.Where("learner.replay.fraction") + ": learner.replay.fraction: " + FormatNumber(rc.fraction()) +
+               " leaves no fresh unrolls in a batch, expected less than 1 (LASER: 0.875 at most)";
+      return false;
+    }
+    const std::string sel = rc.selector();
+    if (sel != "uniform" && sel != "fifo" && sel != "prioritized") {
+      *error = loaded.Where("learner.replay.selector") + ": learner.replay.selector: \"" + sel +
+               "\" is not known, expected \"uniform\", \"fifo\" or \"prioritized\"";
+      return false;
+    }
+    if (rc.fraction() > 0 && lc.device() != "cpu" &&
+        (sel == "prioritized" || rc.importance_exponent() > 0 || rc.trust_region_kl() > 0 ||
+         rc.entropy_online_only())) {
+      *error = loaded.Where("learner.replay") + ": learner.replay: priorities, importance weights, the trust region "
+               "and entropy_online_only need the CPU learner's per-unroll loss; on learner.device \"" + lc.device() +
+               "\" use selector \"uniform\" or \"fifo\" with entropy_online_only false";
+      return false;
+    }
+    if (lc.num_learners() > c.actors().num_actors()) {
+      *error = loaded.Where("learner.num_learners") + ": learner.num_learners: " + std::to_string(lc.num_learners()) +
+               " learners, but only " + std::to_string(c.actors().num_actors()) +
+               " actors to feed them (actor a sends to learner a % num_learners)";
+      return false;
+    }
+    if (c.cluster().learners_size() != 0 && c.cluster().learners_size() != lc.num_learners()) {
+      *error = loaded.Where("cluster.learners") + ": cluster.learners: " + std::to_string(c.cluster().learners_size()) +
+               " endpoints given, expected one per learner (learner.num_learners = " +
+               std::to_string(lc.num_learners()) + ")";
+      return false;
+    }
+  }
+  if (c.cluster().ps_size() != 0 && c.cluster().ps_size() != c.ps().num_shards()) {
+    *error = loaded.Where("cluster.ps") + ": cluster.ps: " + std::to_string(c.cluster().ps_size()) +
+             " endpoints given, expected one per shard (ps.num_shards = " +
+             std::to_string(c.ps().num_shards()) + ")";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace stampede
