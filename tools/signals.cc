@@ -2,6 +2,9 @@
 
 #include <signal.h>
 
+#include <cstdlib>
+#include <cstring>
+
 namespace stampede::tools {
 
 namespace {
@@ -19,7 +22,16 @@ void InstallStopHandlers() {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;
   sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  const char* stop_signal = std::getenv("STAMPEDE_STOP_SIGNAL");
+  if (stop_signal != nullptr && std::strcmp(stop_signal, "USR1") == 0) {
+    // A role started as a Slurm job step (tools/coordinator/slurm_launcher.h): `scancel`
+    // sends SIGTERM to every step of the job at once, but the coordinator stops the
+    // roles in order, with SIGUSR1 (srun forwards it), so SIGTERM is not a stop here.
+    sigaction(SIGUSR1, &sa, nullptr);
+    signal(SIGTERM, SIG_IGN);
+  } else {
+    sigaction(SIGTERM, &sa, nullptr);
+  }
   signal(SIGPIPE, SIG_IGN);
 }
 

@@ -15,6 +15,7 @@
 #include "tools/sweep.h"
 #include "tools/coordinator.h"
 #include "tools/eval.h"
+#include "tools/launch.h"
 #include "tools/report.h"
 #include "tools/signals.h"
 #include "tools/spec.h"
@@ -179,7 +180,28 @@ int main(int argc, char** argv) {
   sweep->add_option("--parallel", sweep_opt.parallel, "Runs at a time")->default_val(1)->check(CLI::Range(1, 256));
   sweep->add_option("--dir", sweep_opt.dir, "Sweep directory (default runs/sweep-CONFIG-TIME)");
   sweep->add_option("--target", sweep_opt.target, "Return for 'frames to target' (default: stop.target_return)");
-  for (auto* sub : {run, coordinator, suite, ps_plan, spec, keys, roles[0], roles[1], roles[2], bench, sweep}) {
+  auto* launch = app.add_subcommand("launch", "Write (and submit) a cluster job for a config: `launch slurm`");
+  launch->require_subcommand(1);
+  stampede::tools::SlurmLaunchOptions slurm_opt;
+  auto* slurm = launch->add_subcommand(
+      "slurm", "Write RUN_DIR/job.sbatch, a heterogeneous Slurm job (coordinator, PS and learners on one node; "
+               "actors on --actor-nodes x --actors-per-node); --submit runs sbatch");
+  slurm->add_option("config", slurm_opt.config_path, "Config file")->required();
+  slurm->add_option("--run-dir", slurm_opt.run_dir, "The job's run directory (shared by every node)")->required();
+  slurm->add_option("--actor-nodes", slurm_opt.actor_nodes, "Nodes for the actors")->default_val(1)->check(CLI::Range(1, 100000));
+  slurm->add_option("--actors-per-node", slurm_opt.actors_per_node, "Actor processes per actor node")
+      ->default_val(2)->check(CLI::Range(1, 4096));
+  slurm->add_option("--partition", slurm_opt.partition, "Slurm partition");
+  slurm->add_option("--time", slurm_opt.time, "Time limit (Slurm's syntax, e.g. 4:00:00)");
+  slurm->add_option("--learner-gres", slurm_opt.learner_gres, "GRES for the learner's node, e.g. gpu:1");
+  slurm->add_option("--learner-constraint", slurm_opt.learner_constraint, "Node feature for the learner's node");
+  slurm->add_option("--actor-constraint", slurm_opt.actor_constraint, "Node feature for the actors' nodes");
+  slurm->add_option("--sweep-grid", slurm_opt.sweep_grids,
+                    "field=v1,v2,... (repeatable): a job array, one grid point per task, each in RUN_DIR/pNNN")
+      ->allow_extra_args(false);
+  slurm->add_flag("--requeue", slurm_opt.requeue, "Requeue on preemption or node failure; the job resumes from its newest checkpoint");
+  slurm->add_flag("--submit", slurm_opt.submit, "Run sbatch and print the job id");
+  for (auto* sub : {run, coordinator, suite, ps_plan, spec, keys, roles[0], roles[1], roles[2], bench, sweep, slurm}) {
     // One value per --set, so `--set a=1 CONFIG` leaves CONFIG to the positional.
     sub->add_option("--set", sets, "Override a config field: path=value (repeatable)")
         ->allow_extra_args(false);
@@ -296,6 +318,10 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%s", i ? ", " : "", ids[i].c_str());
     std::printf(")\nEach host needs the .pub files and the .key files of the processes it runs.\n");
     return 0;
+  }
+  if (slurm->parsed()) {
+    slurm_opt.sets = sets;
+    return stampede::tools::LaunchSlurm(slurm_opt);
   }
   if (sweep->parsed()) {
     sweep_opt.sets = sets;

@@ -112,30 +112,39 @@ std::string MeanStd(const std::vector<double>& v, int digits = 2) {
 
 }  // namespace
 
-int RunSweep(const SweepOptions& opt) {
+bool GridPoints(const std::vector<std::string>& grids, std::vector<std::vector<std::string>>* points,
+                std::string* error) {
   std::vector<Axis> axes;
-  std::string error;
-  for (const auto& g : opt.grids) {
+  for (const auto& g : grids) {
     Axis a;
-    if (!ParseGrid(g, &a, &error)) {
-      std::fprintf(stderr, "stampede sweep: %s\n", error.c_str());
-      return 2;
-    }
+    if (!ParseGrid(g, &a, error)) return false;
     axes.push_back(a);
   }
-  // Every point must make a valid config before anything runs.
-  std::vector<std::vector<std::string>> points(1);
+  *points = std::vector<std::vector<std::string>>(1);
   for (const Axis& a : axes) {
     std::vector<std::vector<std::string>> next;
-    for (const auto& p : points) {
+    for (const auto& p : *points) {
       for (const auto& v : a.values) {
         auto q = p;
         q.push_back(a.field + "=" + v);
         next.push_back(q);
       }
     }
-    points = next;
+    *points = next;
   }
+  return true;
+}
+
+int RunSweep(const SweepOptions& opt) {
+  std::string error;
+  std::vector<std::vector<std::string>> points;
+  if (!GridPoints(opt.grids, &points, &error)) {
+    std::fprintf(stderr, "stampede sweep: %s\n", error.c_str());
+    return 2;
+  }
+  std::vector<Axis> axes(opt.grids.size());  // the columns of the tables (parsed above)
+  for (size_t i = 0; i < axes.size(); ++i) ParseGrid(opt.grids[i], &axes[i], &error);
+  // Every point must make a valid config before anything runs.
   double target = opt.target;
   bool has_target = opt.target != 0;
   for (const auto& p : points) {

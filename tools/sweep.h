@@ -23,4 +23,10 @@ struct SweepOptions {
 
 int RunSweep(const SweepOptions& opt);
 
+// The points of a grid: the product of the "field=v1,v2,..." lists, each point the
+// "field=v" overrides in --grid order (one empty point for no grids). False with the
+// reason for a malformed list.
+bool GridPoints(const std::vector<std::string>& grids, std::vector<std::vector<std::string>>* points,
+                std::string* error);
+
 }  // namespace stampede::tools

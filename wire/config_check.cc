@@ -219,6 +219,21 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              "\" is not known, expected \"greedy\", \"round_robin\" or \"contiguous\"";
     return false;
   }
+  if (const std::string launcher = c.cluster().launcher(); launcher != "local" && launcher != "slurm") {
+    *error = loaded.Where("cluster.launcher") + ": cluster.launcher: \"" + launcher +
+             "\" is not known, expected \"local\" or \"slurm\"";
+    return false;
+  }
+  if (c.cluster().actors_per_node() < 1) {
+    *error = loaded.Where("cluster.actors_per_node") + ": cluster.actors_per_node: " +
+             std::to_string(c.cluster().actors_per_node()) + " is not at least 1";
+    return false;
+  }
+  if (c.cluster().host().empty() || c.cluster().host().find_first_of(":/ ") != std::string::npos) {
+    *error = loaded.Where("cluster.host") + ": cluster.host: \"" + c.cluster().host() +
+             "\" is not a host name or IPv4 address";
+    return false;
+  }
   {
     const auto& lc = c.learner();
     const std::string mode = lc.update_mode();

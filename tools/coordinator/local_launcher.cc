@@ -29,11 +29,11 @@ std::string LocalLauncher::LogTail(wire::Role role, int index, size_t max_bytes)
   return s;
 }
 
-ProcessId LocalLauncher::Start(wire::Role role, int index, int restarts) {
-  const std::string role_name = wire::RoleName(role);
-  const std::string log = LogPath(role, index);
-  const std::string index_str = std::to_string(index);
-  const std::string restarts_str = std::to_string(restarts);
+ProcessId SpawnLogged(const std::vector<std::string>& argv, const std::string& log,
+                      const std::vector<std::pair<std::string, std::string>>& env) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -49,11 +49,21 @@ ProcessId LocalLauncher::Start(wire::Role role, int index, int restarts) {
       ::dup2(fd, 2);
       ::close(fd);
     }
-    ::execl(self_exe_.c_str(), self_exe_.c_str(), role_name.c_str(), "--config", config_path_.c_str(),
-            "--task-index", index_str.c_str(), "--restarts", restarts_str.c_str(), (char*)nullptr);
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+    ::execvp(args[0], args.data());
     ::_exit(127);
   }
   return pid > 0 ? ProcessId(pid) : -1;
+}
+
+std::vector<std::string> RoleCommand(const std::string& self_exe, const std::string& config_path, wire::Role role,
+                                     int index, int restarts) {
+  return {self_exe, wire::RoleName(role), "--config", config_path, "--task-index", std::to_string(index),
+          "--restarts", std::to_string(restarts)};
+}
+
+ProcessId LocalLauncher::Start(wire::Role role, int index, int restarts) {
+  return SpawnLogged(RoleCommand(self_exe_, config_path_, role, index, restarts), LogPath(role, index), {});
 }
 
 void LocalLauncher::Terminate(ProcessId id) {

@@ -4,6 +4,7 @@
 #include "tools/coordinator.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "learner/resume.h"
 #include "tools/coordinator/core.h"
 #include "tools/coordinator/local_launcher.h"
+#include "tools/coordinator/slurm_launcher.h"
 #include "tools/coordinator/sinks.h"
 #include "tools/coordinator/status_server.h"
 #include "tools/signals.h"
@@ -37,13 +39,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Binds a TCP socket to 127.0.0.1:`port` (0: any) and closes it; the port it got, or 0.
-int TryLoopbackPort(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+// The IPv4 address of `host` (a dotted quad or a name that resolves); false if none.
+bool HostAddress(const std::string& host, in_addr* out) {
+  if (::inet_pton(AF_INET, host.c_str(), out) == 1) return true;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) return false;
+  *out = reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr;
+  ::freeaddrinfo(found);
+  return true;
+}
+
+// Binds a TCP socket to `host`:`port` (0: any) and closes it; the port it got, or 0.
+int TryPort(const std::string& host, int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (!HostAddress(host, &addr.sin_addr)) return 0;
   addr.sin_port = htons(uint16_t(port));
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   socklen_t len = sizeof(addr);
   int got = 0;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
@@ -54,10 +68,10 @@ int TryLoopbackPort(int port) {
   return got;
 }
 
-// A free loopback port outside the kernel's ephemeral range: a port from that range
+// A free port on `host` outside the kernel's ephemeral range: a port from that range
 // can be taken, between this check and the process's bind, as the local port of any
 // outgoing connection (the run's own processes make dozens).
-int FreeLoopbackPort() {
+int FreePort(const std::string& host) {
   static std::mt19937 rng(std::random_device{}());
   static std::set<int> given;  // never the same port twice in one run
   int lo = 32768, hi = 60999;
@@ -65,14 +79,17 @@ int FreeLoopbackPort() {
   const int from = lo > 12000 ? 10000 : hi + 1, to = lo > 12000 ? lo - 1 : 65535;
   for (int attempt = 0; attempt < 500 && from < to; ++attempt) {
     const int port = std::uniform_int_distribution<int>(from, to)(rng);
-    if (given.count(port) || TryLoopbackPort(port) != port) continue;
+    if (given.count(port) || TryPort(host, port) != port) continue;
     given.insert(port);
     return port;
   }
-  return TryLoopbackPort(0);
+  return TryPort(host, 0);
 }
 
-std::string Loopback() { return "tcp://127.0.0.1:" + std::to_string(FreeLoopbackPort()); }
+// A fresh endpoint on cluster.host (the loopback unless a cluster launcher set it).
+std::string FreeEndpoint(const config::Config& cfg) {
+  return "tcp://" + cfg.cluster().host() + ":" + std::to_string(FreePort(cfg.cluster().host()));
+}
 
 double UnixTime() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -81,7 +98,7 @@ double UnixTime() {
 // The supervisor: the decision core with the local launcher and the run's files, fed by
 // the status server's messages and its own 100 ms timer.
 struct SupervisorState {
-  std::unique_ptr<coord::LocalLauncher> launcher;
+  std::unique_ptr<coord::Launcher> launcher;
   std::unique_ptr<coord::FileSinks> sinks;
   std::unique_ptr<coord::Core> core;
   const wire::ZapHandler* zap = nullptr;
@@ -150,15 +167,16 @@ std::string SelfExePath() {
 
 void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
   auto* cl = cfg->mutable_cluster();
-  if (cl->coordinator().empty()) cl->set_coordinator(Loopback());
-  if (cl->control().empty()) cl->set_control(Loopback());
-  if (cl->learner().empty()) cl->set_learner(cl->learners_size() > 0 ? cl->learners(0) : Loopback());
+  const auto fresh = [&] { return FreeEndpoint(*cfg); };
+  if (cl->coordinator().empty()) cl->set_coordinator(fresh());
+  if (cl->control().empty()) cl->set_control(fresh());
+  if (cl->learner().empty()) cl->set_learner(cl->learners_size() > 0 ? cl->learners(0) : fresh());
   if (cfg->learner().num_learners() > 1 && cl->learners_size() == 0) {
     cl->add_learners(cl->learner());
-    for (int l = 1; l < cfg->learner().num_learners(); ++l) cl->add_learners(Loopback());
+    for (int l = 1; l < cfg->learner().num_learners(); ++l) cl->add_learners(fresh());
   }
   if (cl->ps_size() == 0) {
-    for (int s = 0; s < cfg->ps().num_shards(); ++s) cl->add_ps(Loopback());
+    for (int s = 0; s < cfg->ps().num_shards(); ++s) cl->add_ps(fresh());
   }
   if (cfg->run_dir().empty()) {
     char stamp[32];
@@ -229,6 +247,22 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   if (opt.resume && !PrepareResume(&cfg, &resumed_from)) {
     result.exit_code = 2;
     return result;
+  }
+  if (cfg.cluster().launcher() == "slurm" && !opt.standalone) {
+    if (const std::string why = coord::SlurmLauncherUnavailable(); !why.empty()) {
+      std::fprintf(stderr, "stampede: cluster.launcher \"slurm\": %s\n", why.c_str());
+      result.exit_code = 2;
+      return result;
+    }
+  }
+  {
+    in_addr unused;
+    if (!HostAddress(cfg.cluster().host(), &unused)) {
+      std::fprintf(stderr, "stampede: cluster.host \"%s\" does not resolve to an IPv4 address\n",
+                   cfg.cluster().host().c_str());
+      result.exit_code = 2;
+      return result;
+    }
   }
   ResolveRunConfig(&cfg, opt);
   {
@@ -338,7 +372,13 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     core_opt.resumed_from = resumed_from;
     auto sup = sys.spawn([&](Supervisor* self) {
       auto& st = self->state;
-      st.launcher = std::make_unique<coord::LocalLauncher>(SelfExePath(), config_path, cfg.run_dir());
+      if (cfg.cluster().launcher() == "slurm") {
+        st.launcher = std::make_unique<coord::SlurmLauncher>(SelfExePath(), config_path, cfg.run_dir(),
+                                                             cfg.cluster().actors_per_node(),
+                                                             coord::SlurmLayout::FromEnvironment());
+      } else {
+        st.launcher = std::make_unique<coord::LocalLauncher>(SelfExePath(), config_path, cfg.run_dir());
+      }
       st.sinks = std::make_unique<coord::FileSinks>(cfg.run_dir(), board);
       st.core = std::make_unique<coord::Core>(cfg, core_opt, st.launcher.get(), st.sinks.get(), &result,
                                               coord::Clock::now(), UnixTime());

@@ -1,0 +1,106 @@
+// The Slurm launcher's placement of roles and `stampede launch slurm`'s job script, as
+// text (the tests on a real cluster are tests/fleet/slurm_test.cc).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "tools/coordinator/slurm_launcher.h"
+#include "tools/launch.h"
+#include "wire/zmq_util.h"
+
+using stampede::tools::coord::SlurmLauncher;
+using stampede::tools::coord::SlurmLayout;
+namespace wire = stampede::wire;
+
+namespace {
+std::string Arg(const std::vector<std::string>& argv, const std::string& prefix) {
+  for (const auto& a : argv) {
+    if (a.rfind(prefix, 0) == 0) return a.substr(prefix.size());
+  }
+  return "<none>";
+}
+}  // namespace
+
+TEST_CASE("slurm launcher: a heterogeneous job puts servers in group 0 and actor i on node i / K of group 1", "[launch]") {
+  SlurmLauncher l("/bin/stampede", "/run/config.textproto", "/run", 2, SlurmLayout{true, 3});
+  const auto ps = l.Command(wire::ROLE_PS, 1, 0);
+  CHECK(ps.front() == "srun");
+  CHECK(Arg(ps, "--het-group=") == "0");
+  CHECK(Arg(ps, "--relative=") == "0");
+  CHECK(Arg(l.Command(wire::ROLE_LEARNER, 0, 0), "--het-group=") == "0");
+  // K = 2: actors 0, 1 on node 0; 2, 3 on node 1; 4, 5 on node 2; 6 wraps to node 0.
+  const int expected[] = {0, 0, 1, 1, 2, 2, 0};
+  for (int i = 0; i < 7; ++i) {
+    const auto a = l.Command(wire::ROLE_ACTOR, i, 0);
+    INFO("actor " << i);
+    CHECK(Arg(a, "--het-group=") == "1");
+    CHECK(Arg(a, "--relative=") == std::to_string(expected[i]));
+  }
+  // Every step may share CPUs with the others, and runs the role's own command line.
+  const auto a = l.Command(wire::ROLE_ACTOR, 3, 2);
+  CHECK(std::find(a.begin(), a.end(), "--overlap") != a.end());
+  const std::vector<std::string> tail(a.end() - 8, a.end());
+  CHECK(tail == std::vector<std::string>{"/bin/stampede", "actor", "--config", "/run/config.textproto", "--task-index",
+                                         "3", "--restarts", "2"});
+}
+
+TEST_CASE("slurm launcher: one allocation keeps node 0 for the servers and spreads actors over the rest", "[launch]") {
+  SlurmLauncher three("/bin/stampede", "/c", "/r", 1, SlurmLayout{false, 3});
+  CHECK(Arg(three.Command(wire::ROLE_PS, 0, 0), "--het-group=") == "<none>");
+  CHECK(Arg(three.Command(wire::ROLE_PS, 0, 0), "--relative=") == "0");
+  CHECK(Arg(three.Command(wire::ROLE_ACTOR, 0, 0), "--relative=") == "1");
+  CHECK(Arg(three.Command(wire::ROLE_ACTOR, 1, 0), "--relative=") == "2");
+  CHECK(Arg(three.Command(wire::ROLE_ACTOR, 2, 0), "--relative=") == "1");
+  SlurmLauncher alone("/bin/stampede", "/c", "/r", 4, SlurmLayout{false, 1});
+  CHECK(Arg(alone.Command(wire::ROLE_ACTOR, 5, 0), "--relative=") == "0");
+}
+
+TEST_CASE("launch slurm: the job script asks for the components, finds the head's address and resumes", "[launch]") {
+  stampede::tools::SlurmLaunchOptions o;
+  o.config_path = "configs/catch.textproto";
+  o.run_dir = "/shared/run";
+  o.actor_nodes = 4;
+  o.actors_per_node = 8;
+  o.partition = "cpu";
+  o.time = "2:00:00";
+  o.learner_gres = "gpu:1";
+  o.actor_constraint = "avx2";
+  o.requeue = true;
+  o.stampede_exe = "/opt/stampede/bin/stampede";
+  const std::string s = stampede::tools::SlurmJobScript(o, {"/shared/run/launch-config.textproto"}, {"/shared/run"});
+  INFO(s);
+  CHECK(s.rfind("#!/bin/bash\n", 0) == 0);
+  for (const char* line : {"#SBATCH --job-name=stampede-catch\n", "#SBATCH --output=/shared/run/slurm-%j.out\n",
+                           "#SBATCH --requeue\n", "#SBATCH --partition=cpu\n", "#SBATCH --time=2:00:00\n",
+                           "#SBATCH --signal=B:TERM@120\n", "#SBATCH --nodes=1 --ntasks=1 --gres=gpu:1\n#SBATCH hetjob\n"
+                           "#SBATCH --nodes=4 --ntasks-per-node=8 --constraint=avx2\n",
+                           "STAMPEDE='/opt/stampede/bin/stampede'\n",
+                           "--set cluster.launcher=slurm --set \"cluster.host=$addr\" --set cluster.actors_per_node=8",
+                           "exec \"$STAMPEDE\" run --resume \"$run_dir\"", "NodeAddr="}) {
+    CHECK_THAT(s, Catch::Contains(line));
+  }
+  CHECK_THAT(s, !Catch::Contains("--array"));
+  // #SBATCH lines come before the first command, or sbatch ignores them.
+  CHECK(s.rfind("#SBATCH") < s.find("\nset -u"));
+}
+
+TEST_CASE("launch slurm: a sweep is a job array of one-allocation tasks, each with its config and run directory", "[launch]") {
+  stampede::tools::SlurmLaunchOptions o;
+  o.config_path = "configs/catch.textproto";
+  o.run_dir = "/shared/sweep";
+  o.actor_nodes = 2;
+  o.actors_per_node = 4;
+  o.stampede_exe = "/bin/stampede";
+  const std::string s = stampede::tools::SlurmJobScript(o, {"/shared/sweep/a b.textproto", "/shared/sweep/it's.textproto"},
+                                                        {"/shared/sweep/p000", "/shared/sweep/p001"});
+  INFO(s);
+  CHECK_THAT(s, Catch::Contains("#SBATCH --array=0-1\n"));
+  CHECK_THAT(s, Catch::Contains("#SBATCH --output=/shared/sweep/slurm-%A_%a.out\n"));
+  CHECK_THAT(s, Catch::Contains("#SBATCH --nodes=3 --ntasks-per-node=4\n"));
+  CHECK_THAT(s, !Catch::Contains("hetjob"));
+  // Quoted for bash, a quote in a path too.
+  CHECK_THAT(s, Catch::Contains("CONFIGS=( '/shared/sweep/a b.textproto' '/shared/sweep/it'\\''s.textproto' )"));
+  CHECK_THAT(s, Catch::Contains("DIRS=( '/shared/sweep/p000' '/shared/sweep/p001' )"));
+}

@@ -1,0 +1,82 @@
+#include "tools/coordinator/slurm_launcher.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "wire/zmq_util.h"
+
+namespace stampede::tools::coord {
+
+SlurmLauncher::SlurmLauncher(std::string self_exe, std::string config_path, std::string run_dir, int actors_per_node,
+                             SlurmLayout layout, std::string srun)
+    : LocalLauncher(std::move(self_exe), std::move(config_path), std::move(run_dir)),
+      actors_per_node_(actors_per_node < 1 ? 1 : actors_per_node),
+      layout_(layout),
+      srun_(std::move(srun)) {}
+
+namespace {
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
+}
+}  // namespace
+
+SlurmLayout SlurmLayout::FromEnvironment() {
+  SlurmLayout l;
+  const char* het = std::getenv("SLURM_JOB_NODELIST_HET_GROUP_1");
+  l.heterogeneous = het != nullptr && *het != '\0';
+  l.nodes = std::max(1, EnvInt(l.heterogeneous ? "SLURM_JOB_NUM_NODES_HET_GROUP_1" : "SLURM_JOB_NUM_NODES", 1));
+  return l;
+}
+
+std::vector<std::string> SlurmLauncher::Command(wire::Role role, int index, int restarts) const {
+  const bool actor = role == wire::ROLE_ACTOR;
+  std::vector<std::string> argv = {srun_};
+  int node = 0;
+  if (layout_.heterogeneous) {
+    // Group 0: PS shards and learners; group 1: the actors, actors_per_node on each node.
+    argv.push_back(actor ? "--het-group=1" : "--het-group=0");
+    if (actor) node = (index / actors_per_node_) % layout_.nodes;
+  } else if (actor && layout_.nodes > 1) {
+    // One allocation: node 0 for PS shards and learners, the others for the actors.
+    node = 1 + (index / actors_per_node_) % (layout_.nodes - 1);
+  }
+  for (std::string a : {std::string("--nodes=1"), std::string("--ntasks=1"), "--relative=" + std::to_string(node),
+                        // Steps share the allocation's CPUs (the batch step holds node 0's;
+                        // a restarted actor need not wait for its old step to be released).
+                        std::string("--overlap"),
+                        std::string("--job-name=stampede-") + wire::RoleName(role) + "-" + std::to_string(index)}) {
+    argv.push_back(std::move(a));
+  }
+  for (auto& a : RoleCommand(self_exe_, config_path_, role, index, restarts)) argv.push_back(std::move(a));
+  return argv;
+}
+
+ProcessId SlurmLauncher::Start(wire::Role role, int index, int restarts) {
+  return SpawnLogged(Command(role, index, restarts), LogPath(role, index), {{"STAMPEDE_STOP_SIGNAL", "USR1"}});
+}
+
+void SlurmLauncher::Terminate(ProcessId id) {
+  if (id > 0) ::kill(pid_t(id), SIGUSR1);
+}
+
+std::string SlurmLauncherUnavailable() {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (job == nullptr || *job == '\0') return "not inside a Slurm job (SLURM_JOB_ID is unset)";
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = dirs.find(':', start);
+    const std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!dir.empty() && ::access((dir + "/srun").c_str(), X_OK) == 0) return "";
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return "srun is not on PATH";
+}
+
+}  // namespace stampede::tools::coord

@@ -1,0 +1,58 @@
+// The Slurm launcher (cluster.launcher "slurm"): the coordinator runs in the batch step of
+// a heterogeneous job (`stampede launch slurm` writes it) and starts each role as a job
+// step of that allocation, `srun --het-group=G --nodes=1 --ntasks=1 --overlap ...`:
+// PS shards and learners on the first node of het group 0, actor i on node
+// i / cluster.actors_per_node of het group 1 (a job array's tasks, which Slurm cannot make
+// heterogeneous, use one allocation: SlurmLayout). The srun client is the coordinator's child,
+// so exits, restarts and logs work as with the local launcher: srun exits with its
+// task's status, and a restart is a new job step.
+//
+// Stopping: `scancel` sends SIGTERM to every step of the job at once, so roles started
+// here ignore SIGTERM (STAMPEDE_STOP_SIGNAL=USR1, tools/signals.cc) and the coordinator,
+// which gets it too, stops them in its usual order with SIGUSR1, which srun forwards.
+// SIGKILL to srun ends the step. Slurm's KillWait bounds the whole stop: after it, Slurm
+// kills whatever is left.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tools/coordinator/local_launcher.h"
+
+namespace stampede::tools::coord {
+
+// Where the roles go in the job's allocation.
+struct SlurmLayout {
+  // A heterogeneous job (`stampede launch slurm`'s): group 0 for the PS shards and
+  // learners, group 1 for the actors. Otherwise one allocation (a job array's task):
+  // node 0 for the PS shards and learners, nodes 1.. for the actors (node 0 too if alone).
+  bool heterogeneous = true;
+  int nodes = 1;  // nodes for the actors to share (group 1's, or the allocation's)
+  // From SLURM_JOB_NODELIST_HET_GROUP_1 and SLURM_JOB_NUM_NODES(_HET_GROUP_1).
+  static SlurmLayout FromEnvironment();
+};
+
+class SlurmLauncher final : public LocalLauncher {
+ public:
+  SlurmLauncher(std::string self_exe, std::string config_path, std::string run_dir, int actors_per_node,
+                SlurmLayout layout, std::string srun = "srun");
+
+  ProcessId Start(wire::Role role, int index, int restarts) override;
+  void Terminate(ProcessId id) override;
+  // The task runs on another node: its pid comes with its first status.
+  int Pid(ProcessId) const override { return 0; }
+
+  // The srun command line for a role (exposed for tests).
+  std::vector<std::string> Command(wire::Role role, int index, int restarts) const;
+
+ private:
+  int actors_per_node_;
+  SlurmLayout layout_;
+  std::string srun_;
+};
+
+// Why this process cannot start roles as Slurm job steps ("" if it can): not inside a
+// Slurm job, or srun not on PATH.
+std::string SlurmLauncherUnavailable();
+
+}  // namespace stampede::tools::coord
