@@ -34,7 +34,7 @@ int RunLearnerRole(const config::Config& cfg, int task_index, int restarts, std:
   wire::StatusChannel channel(ctx, cfg.cluster().coordinator(),
                               wire::MakeSender(wire::ROLE_LEARNER, task_index, incarnation), curve.get(),
                               cfg.cluster().control(), &stop);
-  Learner learner(cfg, ctx, LearnerEndpoint(cfg, task_index), incarnation, curve, task_index, restarts > 0);
+  Learner learner(cfg, ctx, BindEndpoint(cfg, LearnerEndpoint(cfg, task_index)), incarnation, curve, task_index, restarts > 0);
   if (!learner.Start(&error)) {
     std::fprintf(stderr, "learner: %s\n", error.c_str());
     return 2;

@@ -80,7 +80,7 @@ int RunPsRole(const config::Config& cfg, int task_index, int restarts, std::atom
                               wire::MakeSender(wire::ROLE_PS, task_index, opt.incarnation), curve.get(),
                               cfg.cluster().control(), &stop);
   Shard shard(ctx, opt);
-  if (!shard.Bind(cfg.cluster().ps(task_index), &error)) {
+  if (!shard.Bind(BindEndpoint(cfg, cfg.cluster().ps(task_index)), &error)) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 2;
   }

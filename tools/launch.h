@@ -35,3 +35,33 @@ std::string SlurmJobScript(const SlurmLaunchOptions& opt, const std::vector<std:
 int LaunchSlurm(const SlurmLaunchOptions& opt);
 
 }  // namespace stampede::tools
+
+namespace stampede::tools {
+
+// `stampede launch k8s CONFIG --out DIR ...`: plain Kubernetes manifests for the fleet (no
+// custom resources). The PS shards and the learners are StatefulSets behind headless
+// Services (stable DNS names: the config's endpoints), the actors an Indexed Job (task
+// index from JOB_COMPLETION_INDEX), the coordinator a Job (`stampede coordinator`, which
+// supervises from the statuses and makes the stop decisions); the resolved config is a
+// ConfigMap, the CURVE keys a Secret, the run directory a ReadWriteMany volume claim.
+struct K8sLaunchOptions {
+  std::string config_path;
+  std::vector<std::string> sets;
+  std::string out_dir;
+  std::string name;                 // prefix of every object (default: stampede-CONFIGSTEM)
+  std::string ns = "default";
+  std::string image = "stampede:latest";
+  int actors = 0;                   // 0: the config's actors.num_actors
+  int learner_gpus = 0;             // nvidia.com/gpu per learner pod
+  std::string storage = "10Gi";     // the run directory's claim
+  std::string storage_class;        // "" : the cluster's default class
+  std::string keys_dir;             // "" : fresh keys; else these (the golden tests pin them)
+};
+
+// The manifests, file name -> text. False with the reason for a bad config or options.
+bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string, std::string>>* files,
+                  std::string* error);
+
+int LaunchK8s(const K8sLaunchOptions& opt);
+
+}  // namespace stampede::tools

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package the Stampede build needs and makes the project's Python
-# venv (.venv: gymnasium, ale-py with its ROMs, minatar, numpy, matplotlib, tensorboard) for gymnasium and Atari
+# venv (.venv: gymnasium, ale-py with its ROMs, minatar, numpy, matplotlib, tensorboard,
+# kubernetes-validate for the Kubernetes manifests' tests) for gymnasium and Atari
 # envs. Idempotent: when everything is present it changes nothing and does not touch
 # the network. STAMPEDE_NO_VENV=1 skips the venv (the C++ envs do not need it).
 set -euo pipefail
@@ -32,9 +33,9 @@ fi
 # by another python3 earlier on PATH.
 # matplotlib draws the suite reports' curves; tensorboard's reader checks the event files
 # the coordinator writes (tests/report_test.cc).
-python_packages=(gymnasium==1.4.0 ale-py==0.12.1 minatar==1.0.15 numpy matplotlib tensorboard)
+python_packages=(gymnasium==1.4.0 ale-py==0.12.1 minatar==1.0.15 numpy matplotlib tensorboard kubernetes-validate==1.37.0)
 venv=.venv
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import gymnasium, ale_py, minatar, numpy, matplotlib, tensorboard" 2>/dev/null; then
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import gymnasium, ale_py, minatar, numpy, matplotlib, tensorboard, kubernetes_validate" 2>/dev/null; then
   echo "setup: venv $venv ready"
   exit 0
 fi

@@ -201,7 +201,20 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   slurm->add_flag("--requeue", slurm_opt.requeue, "Requeue on preemption or node failure; the job resumes from its newest checkpoint");
   slurm->add_flag("--submit", slurm_opt.submit, "Run sbatch and print the job id");
-  for (auto* sub : {run, coordinator, suite, ps_plan, spec, keys, roles[0], roles[1], roles[2], bench, sweep, slurm}) {
+  stampede::tools::K8sLaunchOptions k8s_opt;
+  auto* k8s = launch->add_subcommand("k8s", "Write Kubernetes manifests for the fleet into --out DIR (kubectl apply -f DIR)");
+  k8s->add_option("config", k8s_opt.config_path, "Config file")->required();
+  k8s->add_option("--out", k8s_opt.out_dir, "Directory for the manifests")->required();
+  k8s->add_option("--namespace", k8s_opt.ns, "Namespace")->default_val("default");
+  k8s->add_option("--image", k8s_opt.image, "Container image with stampede on PATH")->default_val("stampede:latest");
+  k8s->add_option("--name", k8s_opt.name, "Prefix of every object (default stampede-CONFIG)");
+  k8s->add_option("--actors", k8s_opt.actors, "Actor pods (default: actors.num_actors)")->check(CLI::Range(1, 100000));
+  k8s->add_option("--learner-gpus", k8s_opt.learner_gpus, "nvidia.com/gpu per learner pod (and learner.device cuda:0)")
+      ->default_val(0)->check(CLI::Range(0, 64));
+  k8s->add_option("--storage", k8s_opt.storage, "Size of the run directory's ReadWriteMany claim")->default_val("10Gi");
+  k8s->add_option("--storage-class", k8s_opt.storage_class, "Storage class of that claim (default: the cluster's)");
+  k8s->add_option("--keys-dir", k8s_opt.keys_dir, "Use these CURVE keys (stampede keys) instead of fresh ones");
+  for (auto* sub : {run, coordinator, suite, ps_plan, spec, keys, roles[0], roles[1], roles[2], bench, sweep, slurm, k8s}) {
     // One value per --set, so `--set a=1 CONFIG` leaves CONFIG to the positional.
     sub->add_option("--set", sets, "Override a config field: path=value (repeatable)")
         ->allow_extra_args(false);
@@ -318,6 +331,10 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%s", i ? ", " : "", ids[i].c_str());
     std::printf(")\nEach host needs the .pub files and the .key files of the processes it runs.\n");
     return 0;
+  }
+  if (k8s->parsed()) {
+    k8s_opt.sets = sets;
+    return stampede::tools::LaunchK8s(k8s_opt);
   }
   if (slurm->parsed()) {
     slurm_opt.sets = sets;

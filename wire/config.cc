@@ -300,6 +300,13 @@ bool LoadConfig(const std::string& path, const std::vector<std::string>& overrid
   return ValidateConfig(*out, error);
 }
 
+std::string BindEndpoint(const config::Config& cfg, const std::string& endpoint) {
+  if (!cfg.cluster().bind_any()) return endpoint;
+  const size_t colon = endpoint.rfind(':');
+  if (endpoint.rfind("tcp://", 0) != 0 || colon == std::string::npos || colon < 6) return endpoint;
+  return "tcp://0.0.0.0" + endpoint.substr(colon);
+}
+
 std::string LearnerEndpoint(const config::Config& cfg, int learner) {
   if (learner >= 0 && learner < cfg.cluster().learners_size()) return cfg.cluster().learners(learner);
   return learner == 0 ? cfg.cluster().learner() : std::string();

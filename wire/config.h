@@ -63,6 +63,11 @@ std::string ConfigToText(const config::Config& cfg);
 [[nodiscard]] bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out,
                                      std::string* error);
 
+// The endpoint a role binds for `endpoint` (its own, as the config names it): the same,
+// or with cluster.bind_any "tcp://0.0.0.0:PORT" (on Kubernetes an endpoint names a DNS
+// name that resolves to the pod, which ZeroMQ cannot bind).
+std::string BindEndpoint(const config::Config& cfg, const std::string& endpoint);
+
 // Learner i's trajectory endpoint (cluster.learners[i], or cluster.learner for learner 0).
 std::string LearnerEndpoint(const config::Config& cfg, int learner);
 // The learner actor `actor` sends to (actor % learner.num_learners).

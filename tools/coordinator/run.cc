@@ -387,8 +387,8 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       return Supervising(self, &result);
     });
     coord::StatusServerOptions server;
-    server.status_endpoint = cfg.cluster().coordinator();
-    server.control_endpoint = cfg.cluster().control();
+    server.status_endpoint = BindEndpoint(cfg, cfg.cluster().coordinator());
+    server.control_endpoint = BindEndpoint(cfg, cfg.cluster().control());
     server.max_status_bytes = std::min(cfg.cluster().max_message_bytes(), cfg.coordinator().max_status_bytes());
     server.curve = curve.get();
     server.board = board;
