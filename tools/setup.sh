@@ -12,7 +12,7 @@ packages=(
   catch2 libcli11-dev nlohmann-json3-dev
   pybind11-dev python3-dev python3-venv
   clang-14 libclang-rt-14-dev
-  slurm-wlm munge
+  slurm-wlm munge iproute2 iptables
 )
 missing=()
 for p in "${packages[@]}"; do
