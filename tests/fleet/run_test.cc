@@ -68,7 +68,12 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
     // machine while the learner steps 1500 times a second comes back 226 versions behind
     // (seen in CI). Only the stale bound that the actor watch enforces bounds it.
     CHECK(a["lag_max"].get<long long>() < 1000);
-    CHECK(a["fetcher_resets"].get<long long>() == 0);
+    // A reset is the fetcher starting afresh after hearing of versions 50 newer than it
+    // could assemble (actors.max_policy_lag): on a loaded machine, with the learner taking
+    // 1500 steps a second, a descheduled actor does that now and then (3 and 14 in runs
+    // beside a CI build, before and after this check was written). One per ten
+    // trajectories would be a fetcher that keeps failing.
+    CHECK(a["fetcher_resets"].get<long long>() * 10 <= a["trajectories"].get<long long>());
     CHECK(a["trajectories"].get<long long>() > 100);
     // Its parameters follow what its fetcher heard of (nothing frozen) ...
     CHECK(a["newest_heard_version"].get<long long>() - a["policy_version"].get<long long>() < 100);
