@@ -2,12 +2,12 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include "tools/coordinator.h"
 #include "tools/sweep.h"
 #include "wire/config.h"
+#include "wire/durable_file.h"
 
 namespace stampede::tools {
 
@@ -26,17 +26,6 @@ std::string Quote(const std::string& s) {
     }
   }
   return out + "'";
-}
-
-bool WriteText(const std::string& path, const std::string& text, std::string* error) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) {
-    *error = "cannot write " + path;
-    return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -171,19 +160,19 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
     cfg.clear_run_dir();
     std::string dir = root, name = root + "/launch-config.textproto";
     if (points.size() > 1) {
-      char tag[16];
+      char tag[24];
       std::snprintf(tag, sizeof tag, "p%03zu", p);
       dir = root + "/" + tag;
       name = root + "/launch-config-" + tag + ".textproto";
     }
     std::string header = "# stampede launch slurm: " + opt.config_path;
     for (const auto& s : sets) header += " --set " + s;
-    if (!WriteText(name, header + "\n" + ConfigToText(cfg), &error)) return fail(error);
+    if (!wire::WriteFileAtomically(name, header + "\n" + ConfigToText(cfg), &error)) return fail(error);
     configs.push_back(name);
     dirs.push_back(dir);
   }
   const std::string script = root + "/job.sbatch";
-  if (!WriteText(script, SlurmJobScript(opt, configs, dirs), &error)) return fail(error);
+  if (!wire::WriteFileAtomically(script, SlurmJobScript(opt, configs, dirs), &error)) return fail(error);
   fs::permissions(script, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add, ec);
   std::printf("stampede launch slurm: wrote %s (%zu run%s, %d actor node(s) x %d actors)\n", script.c_str(),
               configs.size(), configs.size() > 1 ? "s: a job array" : "", opt.actor_nodes, opt.actors_per_node);

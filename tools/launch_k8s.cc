@@ -9,6 +9,7 @@
 #include "tools/spec.h"
 #include "wire/auth.h"
 #include "wire/config.h"
+#include "wire/durable_file.h"
 
 namespace stampede::tools {
 
@@ -256,7 +257,7 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   files->push_back({"06-learner.yaml",
                     stateful_set("learner", learners,
                                  w.PodSpec("learner", server_command("learner"), pod_index, "Always",
-                                           {{"trajectories", kLearnerPort}}, opt.learner_gpus > 0 ? "2" : "2",
+                                           {{"trajectories", kLearnerPort}}, "2",
                                            Memory((int64_t(2) << 30) + replay_bytes), opt.learner_gpus, ""))});
   std::ostringstream actor_job;
   actor_job << "apiVersion: batch/v1\nkind: Job\n" << w.Meta(w.name + "-actors", "actor");
@@ -294,11 +295,8 @@ int LaunchK8s(const K8sLaunchOptions& opt) {
   }
   for (const auto& [name, text] : files) {
     const std::string path = opt.out_dir + "/" + name;
-    std::ofstream out(path, std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) {
-      std::fprintf(stderr, "stampede launch k8s: cannot write %s\n", path.c_str());
+    if (!wire::WriteFileAtomically(path, text, &error)) {
+      std::fprintf(stderr, "stampede launch k8s: %s\n", error.c_str());
       return 2;
     }
     if (name == "02-keys.yaml") fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, ec);
