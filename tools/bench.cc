@@ -208,9 +208,9 @@ int RunBench(const BenchOptions& opt) {
     const double sps = steps / elapsed;
     // Backward costs about twice the forward pass.
     const double flops = 3.0 * double((T + 1) * B) * model->ForwardFlops();
-    std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.2f  (%.0f frames/s; ~%.1f GFLOP/s; a 512^3 Eigen GEMM runs ~36 here)\n",
+    std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.2f  (%.0f frames/s; ~%.1f GFLOP/s; a 512^3 Eigen GEMM: %.1f)\n",
                 B, T, core->net_spec().torso.c_str(), (long long)model->layout().total_size(), sps,
-                sps * T * B * core->frames_per_step(), sps * flops / 1e9);
+                sps * T * B * core->frames_per_step(), sps * flops / 1e9, MeasureEigenGemmGflops(0.5));
   }
 
   // 4. The whole fleet, learning, on this machine: with CURVE (the default) and without,
@@ -262,7 +262,9 @@ int RunNetworkBench(const BenchOptions& opt) {
     s.policy = net::CategoricalPolicy(6);
     return s;
   };
-  std::printf("stampede bench --networks: CPU (Eigen), one thread, uint8 observations, 6 actions\n");
+  std::printf("stampede bench --networks: CPU (Eigen), one thread, uint8 observations, 6 actions; "
+              "a 512^3 Eigen GEMM runs %.1f GFLOP/s here now (stampede bench --gemm: other backends)\n",
+              MeasureEigenGemmGflops(opt.seconds / 3));
   std::printf("  %-24s %8s %12s %6s %14s %10s\n", "network", "obs", "MFLOP/row", "batch", "us/sample", "GFLOP/s");
   for (const Case& c : cases) {
     const net::ModelSpec spec = spec_of(c);

@@ -18,6 +18,7 @@ struct BenchOptions {
   bool gpu = false;       // --gpu: the CUDA learner step instead
   bool broadcast = false; // --broadcast: PS fetch time of 16 clients instead
   bool minatar = false;   // --minatar: the C++ MinAtar games against the package instead
+  bool gemm = false;      // --gemm: float32 GEMM GFLOP/s per backend instead
 };
 
 int RunBench(const BenchOptions& opt);
@@ -36,5 +37,12 @@ int RunBroadcastBench(const BenchOptions& opt);
 // written every step) beside the `minatar` package's in the venv (tools/minatar_trace.py
 // speed), and the ratio; the package column is left out where the venv is absent.
 int RunMinAtarBench(const BenchOptions& opt);
+// Float32 GEMM GFLOP/s on one thread for Eigen and, where installed, OpenBLAS and BLIS
+// (loaded at run time): a square 512^3 and the shallow CNN learner's products
+// (tools/bench_gemm.cc).
+int RunGemmBench(const BenchOptions& opt);
+// A 512^3 float32 Eigen GEMM on this thread, GFLOP/s: the peak the network figures are
+// printed next to.
+double MeasureEigenGemmGflops(double seconds);
 
 }  // namespace stampede::tools

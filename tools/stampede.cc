@@ -167,6 +167,8 @@ int main(int argc, char** argv) {
                   "Measure how long 16 clients take to fetch a 1M- and 10M-parameter version from 1, 2, 4 PS shards");
   bench->add_flag("--minatar", bench_opt.minatar,
                   "Measure the C++ MinAtar games' steps/s against the minatar package's instead");
+  bench->add_flag("--gemm", bench_opt.gemm,
+                  "Measure float32 GEMM GFLOP/s on one thread for Eigen, OpenBLAS and BLIS (where installed) instead");
   bench->add_option("--fleet-frames", bench_opt.fleet_frames,
                     "Frame budget of the end-to-end fleet run (0 skips it)")
       ->default_val(1000000);
@@ -350,6 +352,7 @@ int main(int argc, char** argv) {
     if (bench_opt.gpu) return stampede::tools::RunGpuBench(bench_opt);
     if (bench_opt.broadcast) return stampede::tools::RunBroadcastBench(bench_opt);
     if (bench_opt.minatar) return stampede::tools::RunMinAtarBench(bench_opt);
+    if (bench_opt.gemm) return stampede::tools::RunGemmBench(bench_opt);
     return stampede::tools::RunBench(bench_opt);
   }
   for (auto* sub : roles) {
