@@ -94,18 +94,29 @@ class Tanh : public Layer<S> {
   int size_;
 };
 
-// ---- convolution (im2col + GEMM, a chunk of samples at a time) ---------------------
+// ---- convolution (im2col or im2row + GEMM, a chunk of samples at a time) ------------
+//
+// Two layouts of the unrolled windows, the same products:
+//  - im2col, for stride 1: col_ [C_in k k, m P], each row a tap's shifted copy of the
+//    image, so a row is one contiguous copy per output row;
+//  - im2row, for strides above 1 (the shallow CNN's 8x8/4 and 4x4/2): col_ [m P, C_in k k],
+//    each row one output pixel's window, so every (channel, window row) is k contiguous
+//    input values instead of a strided gather (the strided im2col spent more time than its
+//    GEMM: `stampede bench --networks`, the by-layer table).
+// Either way the GEMM's destination is [C, m P] with the m P side long, and the column
+// index of a tap is (c k + ky) k + kx, the weights' own order.
 
 template <class S>
 class Conv : public Layer<S> {
  public:
   Conv(ParamLayout* layout, const std::string& name, ImageShape in, int out_channels, int k,
        int stride, int pad)
-      : in_(in), out_(ConvShape(in, out_channels, k, stride, pad)), k_(k), s_(stride), p_(pad) {
+      : in_(in), out_(ConvShape(in, out_channels, k, stride, pad)), k_(k), s_(stride), p_(pad),
+        rows_(stride > 1) {
     w_ = layout->Add(name + "/w", {out_channels, in.c, k, k});
     b_ = layout->Add(name + "/b", {out_channels});
     const int64_t pix = int64_t(out_.h) * out_.w;
-    // Samples per GEMM: keep the column matrix near 256k values (cache-sized).
+    // Samples per GEMM: keep the unrolled windows near 256k values (cache-sized).
     chunk_ = int(std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, pix * in.c * k * k)));
   }
   int in_size() const override { return in_.size(); }
@@ -118,13 +129,18 @@ class Conv : public Layer<S> {
     CRow<S> b(p + b_, C);
     for (int s0 = 0; s0 < n; s0 += chunk_) {
       const int m = std::min(chunk_, n - s0);
-      Im2Col(in + int64_t(s0) * in_.size(), m);
-      MMap<S> y(Grow(&y_, int64_t(C) * m * P), C, int64_t(m) * P);
-      y.noalias() = W * CMap<S>(col_.data(), K, int64_t(m) * P);
+      const int64_t mP = int64_t(m) * P;
+      Unroll(in + int64_t(s0) * in_.size(), m);
+      MMap<S> y(Grow(&y_, int64_t(C) * mP), C, mP);
+      if (rows_) {
+        y.noalias() = W * CMap<S>(col_.data(), mP, K).transpose();
+      } else {
+        y.noalias() = W * CMap<S>(col_.data(), K, mP);
+      }
       for (int i = 0; i < m; ++i) {
         S* o = out + int64_t(s0 + i) * out_.size();
         for (int c = 0; c < C; ++c) {
-          const S* src = y.data() + int64_t(c) * m * P + int64_t(i) * P;
+          const S* src = y.data() + int64_t(c) * mP + int64_t(i) * P;
           for (int q = 0; q < P; ++q) o[int64_t(c) * P + q] = src[q] + b[c];
         }
       }
@@ -139,21 +155,25 @@ class Conv : public Layer<S> {
     MRow<S> db(grad + b_, C);
     for (int s0 = 0; s0 < n; s0 += chunk_) {
       const int m = std::min(chunk_, n - s0);
-      MMap<S> y(Grow(&y_, int64_t(C) * m * P), C, int64_t(m) * P);
+      const int64_t mP = int64_t(m) * P;
+      MMap<S> y(Grow(&y_, int64_t(C) * mP), C, mP);
       for (int i = 0; i < m; ++i) {
         const S* g = dout + int64_t(s0 + i) * out_.size();
         for (int c = 0; c < C; ++c) {
-          std::memcpy(y.data() + int64_t(c) * m * P + int64_t(i) * P, g + int64_t(c) * P,
-                      sizeof(S) * P);
+          std::memcpy(y.data() + int64_t(c) * mP + int64_t(i) * P, g + int64_t(c) * P, sizeof(S) * P);
         }
       }
       db += y.rowwise().sum().transpose();
-      Im2Col(in + int64_t(s0) * in_.size(), m);
-      dW.noalias() += y * CMap<S>(col_.data(), K, int64_t(m) * P).transpose();
-      if (din) {
-        MMap<S>(Grow(&dcol_, int64_t(K) * m * P), K, int64_t(m) * P).noalias() = W.transpose() * y;
-        Col2Im(m, din + int64_t(s0) * in_.size());
+      Unroll(in + int64_t(s0) * in_.size(), m);
+      S* dcol = din ? Grow(&dcol_, int64_t(K) * mP) : nullptr;
+      if (rows_) {
+        dW.noalias() += y * CMap<S>(col_.data(), mP, K);
+        if (din) MMap<S>(dcol, mP, K).noalias() = y.transpose() * W;
+      } else {
+        dW.noalias() += y * CMap<S>(col_.data(), K, mP).transpose();
+        if (din) MMap<S>(dcol, K, mP).noalias() = W.transpose() * y;
       }
+      if (din) Roll(m, din + int64_t(s0) * in_.size());
     }
   }
 
@@ -169,6 +189,89 @@ class Conv : public Layer<S> {
     const int lo = p_ - kx, hi = in_.w - 1 + p_ - kx;
     *ox0 = lo <= 0 ? 0 : std::min(out_.w, (lo + s_ - 1) / s_);
     *ox1 = hi < 0 ? *ox0 : std::max(*ox0, std::min(out_.w, hi / s_ + 1));
+  }
+  // col_ from m samples, in this layer's layout; zeros where a window is in the padding.
+  void Unroll(const S* in, int m) {
+    if (rows_) Im2Row(in, m);
+    else Im2Col(in, m);
+  }
+  // din (m samples) = the sum of dcol_'s window values at each input pixel.
+  void Roll(int m, S* din) {
+    std::fill(din, din + int64_t(m) * in_.size(), S(0));
+    if (rows_) Row2Im(m, din);
+    else Col2Im(m, din);
+  }
+  // Visits every (sample, output pixel, channel, window row) whose window row lies in the
+  // image, with the offset of the window row's first tap in the [m P, K] matrix and the
+  // offset of the input value under tap kx = 0: full(dst, src) where the whole row is
+  // inside the image, part(dst, src, kx0, kx1) with the valid taps [kx0, kx1) elsewhere.
+  template <class Full, class Part>
+  void ForEachWindowRow(int m, Full&& full, Part&& part) const {
+    const int K = in_.c * k_ * k_, P = out_.h * out_.w;
+    // Output columns whose window is inside the image along x: [ox_lo, ox_hi).
+    const int ox_lo = std::min(out_.w, (p_ + s_ - 1) / s_);
+    const int ox_hi = std::max(ox_lo, std::min(out_.w, in_.w + p_ - k_ >= 0 ? (in_.w + p_ - k_) / s_ + 1 : 0));
+    auto partial = [&](int64_t dst, int64_t src, int ox) {
+      const int x0 = ox * s_ - p_;
+      part(dst + int64_t(ox) * K, src + x0, std::max(0, -x0), std::min(k_, in_.w - x0));
+    };
+    for (int i = 0; i < m; ++i) {
+      for (int oy = 0; oy < out_.h; ++oy) {
+        for (int c = 0; c < in_.c; ++c) {
+          for (int ky = 0; ky < k_; ++ky) {
+            const int y = oy * s_ - p_ + ky;
+            if (y < 0 || y >= in_.h) continue;
+            const int64_t dst = (int64_t(i) * P + int64_t(oy) * out_.w) * K + (c * k_ + ky) * k_;
+            const int64_t src = int64_t(i) * in_.size() + (int64_t(c) * in_.h + y) * in_.w;
+            for (int ox = 0; ox < ox_lo; ++ox) partial(dst, src, ox);
+            int64_t d = dst + int64_t(ox_lo) * K, x = src + int64_t(ox_lo) * s_ - p_;
+            for (int ox = ox_lo; ox < ox_hi; ++ox, d += K, x += s_) full(d, x);
+            for (int ox = ox_hi; ox < out_.w; ++ox) partial(dst, src, ox);
+          }
+        }
+      }
+    }
+  }
+  // The window width as a constant for the common kernels (8 and 4: the shallow CNN), so
+  // that a whole window row is a few vector moves.
+  void Im2Row(const S* in, int m) {
+    if (k_ == 8) Im2RowK<8>(in, m);
+    else if (k_ == 4) Im2RowK<4>(in, m);
+    else Im2RowK<0>(in, m);
+  }
+  void Row2Im(int m, S* din) const {
+    if (k_ == 8) Row2ImK<8>(m, din);
+    else if (k_ == 4) Row2ImK<4>(m, din);
+    else Row2ImK<0>(m, din);
+  }
+  template <int KW>
+  void Im2RowK(const S* in, int m) {
+    const int64_t size = int64_t(m) * out_.h * out_.w * in_.c * k_ * k_;
+    S* col = Grow(&col_, size);
+    if (p_ > 0) std::fill(col, col + size, S(0));
+    const int k = k_;
+    ForEachWindowRow(
+        m,
+        [&](int64_t dst, int64_t src) {
+          if constexpr (KW > 0) std::memcpy(col + dst, in + src, sizeof(S) * KW);
+          else std::memcpy(col + dst, in + src, sizeof(S) * size_t(k));
+        },
+        [&](int64_t dst, int64_t src, int kx0, int kx1) {
+          for (int kx = kx0; kx < kx1; ++kx) col[dst + kx] = in[src + kx];
+        });
+  }
+  template <int KW>
+  void Row2ImK(int m, S* din) const {
+    const S* dcol = dcol_.data();
+    const int k = KW > 0 ? KW : k_;
+    ForEachWindowRow(
+        m,
+        [&](int64_t dst, int64_t src) {
+          for (int kx = 0; kx < k; ++kx) din[src + kx] += dcol[dst + kx];
+        },
+        [&](int64_t dst, int64_t src, int kx0, int kx1) {
+          for (int kx = kx0; kx < kx1; ++kx) din[src + kx] += dcol[dst + kx];
+        });
   }
   // col_ [C_in k k, m P]: column i * P + q holds the input window of output pixel q of
   // sample i (zeros where the window is in the padding).
@@ -205,10 +308,8 @@ class Conv : public Layer<S> {
       }
     }
   }
-  // din (m samples) = the sum of dcol_'s window values at each input pixel.
-  void Col2Im(int m, S* din) {
+  void Col2Im(int m, S* din) const {
     const int P = out_.h * out_.w;
-    std::fill(din, din + int64_t(m) * in_.size(), S(0));
     for (int c = 0; c < in_.c; ++c) {
       for (int ky = 0; ky < k_; ++ky) {
         for (int kx = 0; kx < k_; ++kx) {
@@ -232,7 +333,9 @@ class Conv : public Layer<S> {
   }
 
   ImageShape in_, out_;
-  int k_, s_, p_, chunk_;
+  int k_, s_, p_;
+  bool rows_;  // im2row (strides above 1) rather than im2col
+  int chunk_;
   int64_t w_, b_;
   std::vector<S> col_, dcol_, y_;
 };

@@ -4,6 +4,7 @@
 // with and without the core, each head) through the IMPALA loss.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -93,6 +94,78 @@ TEST_CASE("layers: gradients match finite differences (FC, conv, max-pool, resid
     net::ParamLayout L;
     auto layer = net::MakeResidual<double>(&L, "r", ImageShape{2, 4, 3});
     CheckLayer(*layer, L.total_size(), 2, 5);
+  }
+}
+
+namespace {
+// A convolution written out directly (no unrolling, no chunks): the output, and the
+// gradients of sum(out * R) by weights, bias and input.
+struct DirectConv {
+  std::vector<double> out, dw, db, din;
+};
+DirectConv Direct(const std::vector<double>& p, const std::vector<double>& in, const std::vector<double>& R,
+                  ImageShape is, int C, int k, int s, int pad, int n) {
+  const ImageShape os = net::ConvShape(is, C, k, s, pad);
+  const size_t nw = size_t(C) * is.c * k * k;
+  DirectConv d{std::vector<double>(size_t(n) * os.size(), 0.0), std::vector<double>(nw, 0.0),
+               std::vector<double>(size_t(C), 0.0), std::vector<double>(in.size(), 0.0)};
+  for (int i = 0; i < n; ++i)
+    for (int co = 0; co < C; ++co)
+      for (int oy = 0; oy < os.h; ++oy)
+        for (int ox = 0; ox < os.w; ++ox) {
+          const size_t o = size_t(i) * os.size() + (size_t(co) * os.h + oy) * os.w + ox;
+          double v = p[nw + co];
+          d.db[co] += R[o];
+          for (int ci = 0; ci < is.c; ++ci)
+            for (int ky = 0; ky < k; ++ky)
+              for (int kx = 0; kx < k; ++kx) {
+                const int y = oy * s - pad + ky, x = ox * s - pad + kx;
+                if (y < 0 || y >= is.h || x < 0 || x >= is.w) continue;
+                const size_t w = ((size_t(co) * is.c + ci) * k + ky) * k + kx;
+                const size_t a = size_t(i) * is.size() + (size_t(ci) * is.h + y) * is.w + x;
+                v += p[w] * in[a];
+                d.dw[w] += R[o] * in[a];
+                d.din[a] += R[o] * p[w];
+              }
+          d.out[o] = v;
+        }
+  return d;
+}
+}  // namespace
+
+// The layer unrolls windows in chunks of samples (a chunk is ~256k values), as rows for
+// strides above 1 and as columns for stride 1; these shapes span several chunks.
+TEST_CASE("layers: convolutions equal a direct convolution across sample chunks", "[net]") {
+  struct Case {
+    ImageShape in;
+    int C, k, s, pad, n;
+  };
+  const Case cases[] = {{{4, 84, 84}, 16, 8, 4, 0, 5},    // shallow CNN's first: 2 samples a chunk
+                        {{16, 20, 20}, 32, 4, 2, 0, 15},  // its second: 12 a chunk
+                        {{3, 120, 100}, 5, 3, 2, 1, 7},   // padded, strided: 3 a chunk
+                        {{2, 90, 90}, 4, 3, 1, 1, 4}};    // stride 1, padded: 1 a chunk
+  for (const Case& c : cases) {
+    INFO("conv " << c.in.c << "x" << c.in.h << "x" << c.in.w << " -> " << c.C << ", " << c.k << "x" << c.k
+                 << " stride " << c.s << " pad " << c.pad << ", " << c.n << " samples");
+    net::ParamLayout L;
+    auto conv = net::MakeConv<double>(&L, "c", c.in, c.C, c.k, c.s, c.pad);
+    const std::vector<double> p = Random(size_t(L.total_size()), 11, 0.5);
+    const std::vector<double> in = Random(size_t(c.n) * c.in.size(), 12);
+    const std::vector<double> R = Random(size_t(c.n) * conv->out_size(), 13);
+    const DirectConv want = Direct(p, in, R, c.in, c.C, c.k, c.s, c.pad, c.n);
+    std::vector<double> out(R.size()), grad(p.size(), 0.0), din(in.size(), 7.0);
+    conv->Forward(p.data(), in.data(), c.n, out.data());
+    conv->Backward(p.data(), in.data(), out.data(), R.data(), c.n, din.data(), grad.data());
+    auto max_diff = [](const double* a, const double* b, size_t len) {
+      double m = 0;
+      for (size_t i = 0; i < len; ++i) m = std::max(m, std::abs(a[i] - b[i]));
+      return m;
+    };
+    const size_t nw = want.dw.size();
+    CHECK(max_diff(out.data(), want.out.data(), out.size()) < 1e-9);
+    CHECK(max_diff(grad.data(), want.dw.data(), nw) < 1e-8);
+    CHECK(max_diff(grad.data() + nw, want.db.data(), want.db.size()) < 1e-8);
+    CHECK(max_diff(din.data(), want.din.data(), din.size()) < 1e-9);
   }
 }
 
