@@ -2,7 +2,8 @@
 # Installs every Debian package the Stampede build needs and makes the project's Python
 # venv (.venv: gymnasium, ale-py with its ROMs, minatar, numpy, matplotlib, tensorboard,
 # kubernetes-validate for the Kubernetes manifests' tests) for gymnasium and Atari
-# envs. Idempotent: when everything is present it changes nothing and does not touch
+# envs. OpenBLAS and BLIS are only measured against Eigen (stampede bench --gemm), not
+# linked. Idempotent: when everything is present it changes nothing and does not touch
 # the network. STAMPEDE_NO_VENV=1 skips the venv (the C++ envs do not need it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,7 @@ packages=(
   pybind11-dev python3-dev python3-venv
   clang-14 libclang-rt-14-dev
   slurm-wlm munge iproute2 iptables
+  libopenblas0 libblis4
 )
 missing=()
 for p in "${packages[@]}"; do
