@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <random>
 
 #include "actors/env_source.h"
+#include "actors/inference.h"
 #include "envs/rng.h"
 #include "envs/vector_env.h"
 #include "net/distribution.h"
@@ -55,6 +57,7 @@ struct ActorCore::Impl {
   int action_limit = 0;  // 0: every action of the head
   wire::ObsAdapter adapter;
   std::vector<std::byte> task_obs, task_final_obs;  // [E] task-shaped (adapter not identity)
+  RemotePolicy* remote = nullptr;  // central inference: the server acts, not `net`
 };
 
 ActorCore::ActorCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -127,6 +130,8 @@ const wire::StepShape& ActorCore::shape() const { return impl_->shape; }
 int ActorCore::obs_size() const { return impl_->D; }
 int ActorCore::num_actions() const { return impl_->A; }
 int ActorCore::frames_per_step() const { return impl_->frames_per_step; }
+void ActorCore::SetRemote(RemotePolicy* remote) { impl_->remote = remote; }
+int ActorCore::task() const { return impl_->task; }
 
 void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
                               wire::TrajectoryBatch* out) {
@@ -161,15 +166,21 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
   const int S = m.S;
   for (int t = 0; t < T; ++t) {
     const size_t row = size_t(t) * E;
-    // Envs whose last step ended an episode (or only reset) start from a zero state.
-    for (int e = 0; e < E && S > 0; ++e) {
-      if (m.episode_start[e]) std::fill_n(&m.state[size_t(e) * S], S, 0.f);
-    }
-    if (t == 0) std::copy(m.state.begin(), m.state.end(), out->initial_core_state.begin());
     float* logits = &out->behaviour_logits[row * A];
     std::optional<wire::TraceSpan> infer(std::in_place, "infer", "actor");
-    m.net->Step(params.data(), out->obs_row(row), E, nullptr, m.state.data(), m.state.data(),
-                logits, nullptr);
+    if (m.remote != nullptr) {
+      // The server zeroes the states of envs that start an episode and keeps them.
+      const int64_t acted = m.remote->Step(out->obs_row(row), E, m.episode_start.data(),
+                                           t == 0 && S > 0 ? out->initial_core_state.data() : nullptr, logits);
+      if (t == 0 || acted < out->meta.policy_version()) out->meta.set_policy_version(acted);
+    } else {
+      // Envs whose last step ended an episode (or only reset) start from a zero state.
+      for (int e = 0; e < E && S > 0; ++e) {
+        if (m.episode_start[e]) std::fill_n(&m.state[size_t(e) * S], S, 0.f);
+      }
+      if (t == 0) std::copy(m.state.begin(), m.state.end(), out->initial_core_state.begin());
+      m.net->Step(params.data(), out->obs_row(row), E, nullptr, m.state.data(), m.state.data(), logits, nullptr);
+    }
     if (m.action_limit > 0 && m.action_limit < A) {
       // The task does not have these actions: probability exactly zero.
       for (int e = 0; e < E; ++e) std::fill(logits + size_t(e) * A + m.action_limit, logits + size_t(e + 1) * A, net::kMaskedLogit);
@@ -239,7 +250,15 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
           std::memcpy(&m.final_obs[j * obs_bytes], &m.final_obs[m.truncated_envs[j] * obs_bytes], obs_bytes);
         }
         // The state that saw the episode up to the final observation.
-        if (S > 0) std::copy_n(&m.state[size_t(m.truncated_envs[j]) * S], S, &m.final_state[size_t(j) * S]);
+        if (S > 0 && m.remote == nullptr) {
+          std::copy_n(&m.state[size_t(m.truncated_envs[j]) * S], S, &m.final_state[size_t(j) * S]);
+        }
+      }
+      if (m.remote != nullptr) {
+        // Unnormalised by the server, which holds the statistics.
+        m.remote->Values(m.final_obs.data(), m.truncated_envs.data(), k, m.task, m.final_values.data());
+        for (int j = 0; j < k; ++j) out->truncation_values[row + m.truncated_envs[j]] = m.final_values[size_t(j)];
+        continue;
       }
       m.net->Step(params.data(), m.final_obs.data(), k, nullptr, m.final_state.data(), nullptr,
                   nullptr, m.final_values.data());
@@ -293,24 +312,44 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
   co.curve = curve;
   co.mixed_versions = ShardsOwnOptimizer(cfg);
   co.bfloat16 = cfg.ps().wire_bfloat16();
-  ps::ParamsFetcher fetcher(ctx, co);
-  std::vector<float> params(core->param_count());
+  std::vector<float> params;
   int64_t version = -1;
-  report("waiting for the first parameters");
-  const auto first_deadline = Clock::now() + std::chrono::duration<double>(
-                                                 cfg.actors().first_params_timeout_s());
-  while (!fetcher.WaitFirst(params, &version, std::chrono::seconds(1), &stop)) {
-    if (stop.load()) return 0;
-    if (!fetcher.layout_mismatch().empty()) {
-      std::fprintf(stderr, "actor %d: %s\n", task_index, fetcher.layout_mismatch().c_str());
+  // Central inference: the learner's inference server acts; this actor fetches nothing.
+  const bool central = cfg.actors().inference() == "central";
+  struct Reporter : InferenceClient::Waiting {
+    std::function<void(const char*)> report;
+    void Report(const char* activity) override { report(activity); }
+  } reporter;
+  reporter.report = report;
+  std::unique_ptr<InferenceClient> inference;
+  std::unique_ptr<ps::ParamsFetcher> fetcher;
+  if (central) {
+    try {
+      inference = std::make_unique<InferenceClient>(ctx, cfg, task_index, sender, curve.get(), *core, &stop, &reporter);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "actor %d: %s\n", task_index, e.what());
       return 2;
     }
+    core->SetRemote(inference.get());
+  } else {
+    fetcher = std::make_unique<ps::ParamsFetcher>(ctx, co);
+    params.resize(size_t(core->param_count()));
     report("waiting for the first parameters");
-    if (Clock::now() > first_deadline) {
-      std::fprintf(stderr, "actor %d: no parameters from the PS (%d shards) after %.0f s\n",
-                   task_index, co.endpoints.empty() ? 0 : int(co.endpoints.size()),
-                   cfg.actors().first_params_timeout_s());
-      return 3;
+    const auto first_deadline = Clock::now() + std::chrono::duration<double>(
+                                                   cfg.actors().first_params_timeout_s());
+    while (!fetcher->WaitFirst(params, &version, std::chrono::seconds(1), &stop)) {
+      if (stop.load()) return 0;
+      if (!fetcher->layout_mismatch().empty()) {
+        std::fprintf(stderr, "actor %d: %s\n", task_index, fetcher->layout_mismatch().c_str());
+        return 2;
+      }
+      report("waiting for the first parameters");
+      if (Clock::now() > first_deadline) {
+        std::fprintf(stderr, "actor %d: no parameters from the PS (%d shards) after %.0f s\n",
+                     task_index, co.endpoints.empty() ? 0 : int(co.endpoints.size()),
+                     cfg.actors().first_params_timeout_s());
+        return 3;
+      }
     }
   }
   const int64_t max_lag = cfg.actors().max_policy_lag();
@@ -323,11 +362,13 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     try {
       core->CollectUnroll(params, version, &batch);
     } catch (const std::exception& e) {
-      // An env failed (a plug-in's error, a Python exception): this actor ends with the
-      // message; the coordinator restarts it.
+      // An env failed (a plug-in's error, a Python exception) or the inference server
+      // could not answer: this actor ends with the message; the coordinator restarts it.
+      if (stop.load()) break;
       std::fprintf(stderr, "actor %d: %s\n", task_index, e.what());
       return 1;
     }
+    if (central) version = batch.meta.policy_version();
     batch.meta.set_send_wait_s(send_wait);
     send_wait = 0;
     const auto send_start = Clock::now();
@@ -346,14 +387,15 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     send_wait += waited;
     total_wait += waited;
     if (!sent) break;
-    {
+    if (fetcher) {
+      ps::ParamsFetcher& f = *fetcher;
       wire::TraceSpan fetch_span("fetch_params", "actor");
-      fetcher.Poll(params, &version);  // refresh only between unrolls, never waiting
+      f.Poll(params, &version);  // refresh only between unrolls, never waiting
       // Relay: a fetcher that has heard of versions far newer than the one it holds has
       // failed to assemble them; start it afresh (mixed fetchers take every new slice).
-      const int64_t heard = fetcher.newest_heard();
+      const int64_t heard = f.newest_heard();
       if (max_lag > 0 && !co.mixed_versions && heard - version >= max_lag) {
-        if (fetcher.resets() == 0) {
+        if (f.resets() == 0) {
           std::fprintf(stderr,
                        "actor %d: its parameters (version %lld) are %lld versions behind the newest the PS has "
                        "answered it with (%lld): fetcher reset (actors.max_policy_lag = %lld); further resets are "
@@ -361,7 +403,7 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
                        task_index, (long long)version, (long long)(heard - version), (long long)heard,
                        (long long)max_lag);
         }
-        fetcher.Reset();
+        f.Reset();
       }
     }
     // Frames are reported often: the coordinator bounds the learner's frame count by
@@ -372,9 +414,13 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     if ((sends & (sends - 1)) == 0 || Clock::now() - last_report > std::chrono::milliseconds(100)) {
       status.set_actor_send_wait_s(total_wait);
       status.set_actor_policy_version(version);
-      status.set_actor_newest_heard_version(fetcher.newest_heard());
-      status.set_actor_fetcher_resets(fetcher.resets());
-      status.set_actor_mixed_assemblies(fetcher.mixed_assemblies());
+      if (fetcher) {
+        status.set_actor_newest_heard_version(fetcher->newest_heard());
+        status.set_actor_fetcher_resets(fetcher->resets());
+        status.set_actor_mixed_assemblies(fetcher->mixed_assemblies());
+      } else {
+        status.set_actor_newest_heard_version(version);
+      }
       report("acting");
       last_report = Clock::now();
     }

@@ -16,6 +16,21 @@
 
 namespace stampede::actors {
 
+// Where forward passes run when they do not run in the actor (actors.inference
+// "central": actors/inference.h). Throws std::runtime_error when it cannot answer.
+class RemotePolicy {
+ public:
+  virtual ~RemotePolicy() = default;
+  // Behaviour logits [E, A] of `obs` [E], after the states of the envs with
+  // episode_start[e] != 0 are zeroed; where `state_before` is non-null, each env's state
+  // before the step [E, S]. Returns the policy version that acted.
+  virtual int64_t Step(const std::byte* obs, int E, const uint8_t* episode_start, float* state_before,
+                       float* logits) = 0;
+  // Values of `obs` [k] (env envs[j]'s final observation) with those envs' current
+  // states, unnormalised for `task`; nothing advances.
+  virtual void Values(const std::byte* obs, const int* envs, int k, int task, float* values) = 0;
+};
+
 // The acting part without any sockets (also what `stampede bench` measures).
 // Used by one thread.
 class ActorCore {
@@ -37,7 +52,12 @@ class ActorCore {
   // Fills `out` (sized by the core) with the next unroll of every env, acting with
   // `params` and recording `version` as the behaviour policy's version. Throws
   // std::runtime_error when an env fails.
+  // With a remote policy set, `params` and `version` are unused: the remote policy acts
+  // and the unroll carries the oldest version it acted with.
   void CollectUnroll(std::span<const float> params, int64_t version, wire::TrajectoryBatch* out);
+  // Central inference: forward passes go to `remote` (not owned; nullptr: local again).
+  void SetRemote(RemotePolicy* remote);
+  int task() const;
   int64_t frames() const { return frames_; }  // env frames (valid steps x frames per step)
 
  private:

@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kStatusPort = 5000, kControlPort = 5001, kLearnerPort = 5100, kPsPort = 5200;
+constexpr int kStatusPort = 5000, kControlPort = 5001, kLearnerPort = 5100, kPsPort = 5200, kInferencePort = 5300;
 constexpr const char* kConfigDir = "/stampede/config";
 constexpr const char* kKeysDir = "/stampede/keys";
 constexpr const char* kRunDir = "/stampede/run";
@@ -165,6 +165,7 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   auto* cl = cfg.mutable_cluster();
   cl->clear_ps();
   cl->clear_learners();
+  cl->clear_inference();
   cl->set_coordinator("tcp://" + w.name + "-coordinator" + domain + ":" + std::to_string(kStatusPort));
   cl->set_control("tcp://" + w.name + "-coordinator" + domain + ":" + std::to_string(kControlPort));
   const int learners = cfg.learner().num_learners(), shards = cfg.ps().num_shards(), actors = cfg.actors().num_actors();
@@ -173,6 +174,10 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
                            ":" + std::to_string(kLearnerPort);
     if (learners > 1) cl->add_learners(ep);
     if (l == 0) cl->set_learner(ep);
+    if (cfg.actors().inference() == "central") {
+      cl->add_inference("tcp://" + w.name + "-learner-" + std::to_string(l) + "." + w.name + "-learner" + domain + ":" +
+                        std::to_string(kInferencePort));
+    }
   }
   for (int s = 0; s < shards; ++s) {
     cl->add_ps("tcp://" + w.name + "-ps-" + std::to_string(s) + "." + w.name + "-ps" + domain + ":" +
@@ -228,9 +233,11 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   if (!opt.storage_class.empty()) pvc << "  storageClassName: " << opt.storage_class << "\n";
   pvc << "  resources:\n    requests:\n      storage: " << opt.storage << "\n";
   files->push_back({"03-run-volume.yaml", pvc.str()});
+  std::vector<std::pair<std::string, int>> learner_ports = {{"trajectories", kLearnerPort}};
+  if (cfg.actors().inference() == "central") learner_ports.push_back({"inference", kInferencePort});
   files->push_back({"04-services.yaml", w.HeadlessService("coordinator", {{"status", kStatusPort}, {"control", kControlPort}}) +
                                             "---\n" + w.HeadlessService("ps", {{"ps", kPsPort}}) + "---\n" +
-                                            w.HeadlessService("learner", {{"trajectories", kLearnerPort}})});
+                                            w.HeadlessService("learner", learner_ports)});
 
   const std::string config_file = std::string(kConfigDir) + "/config.textproto";
   // A server that started before in this run (its marker on the run volume: a kubelet
@@ -257,7 +264,7 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   files->push_back({"06-learner.yaml",
                     stateful_set("learner", learners,
                                  w.PodSpec("learner", server_command("learner"), pod_index, "Always",
-                                           {{"trajectories", kLearnerPort}}, "2",
+                                           learner_ports, "2",
                                            Memory((int64_t(2) << 30) + replay_bytes), opt.learner_gpus, ""))});
   std::ostringstream actor_job;
   actor_job << "apiVersion: batch/v1\nkind: Job\n" << w.Meta(w.name + "-actors", "actor");

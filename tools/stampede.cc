@@ -6,8 +6,10 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "actors/actor.h"
+#include "actors/inference.h"
 #include "envs/env.h"
 #include "learner/role.h"
 #include "ps/role.h"
@@ -380,7 +382,28 @@ int main(int argc, char** argv) {
       }
     }
     if (role == "actor") return stampede::actors::RunActor(loaded.config, task_index, stampede::tools::StopFlag());
-    if (role == "learner") return stampede::learner::RunLearnerRole(loaded.config, task_index, restarts, stampede::tools::StopFlag());
+    if (role == "learner") {
+      // actors.inference "central": this learner's actors act through a server on a
+      // thread of this process (SEED RL's learner-side inference).
+      std::optional<stampede::actors::InferenceServer> inference;
+      if (loaded.config.actors().inference() == "central") {
+        std::string error;
+        inference.emplace(loaded.config, task_index, stampede::tools::StopFlag());
+        if (!inference->Start(&error)) {
+          std::fprintf(stderr, "learner %d: %s\n", task_index, error.c_str());
+          return 2;
+        }
+      }
+      const int rc = stampede::learner::RunLearnerRole(loaded.config, task_index, restarts, stampede::tools::StopFlag());
+      if (inference) {
+        inference->Stop();
+        const int64_t batches = inference->batches();
+        std::fprintf(stderr, "learner %d: inference server: %lld batches, %.1f envs per batch, %lld requests refused\n",
+                     task_index, (long long)batches, batches > 0 ? double(inference->envs()) / double(batches) : 0.0,
+                     (long long)inference->errors());
+      }
+      return rc;
+    }
     return stampede::ps::RunPsRole(loaded.config, task_index, restarts, stampede::tools::StopFlag());
   }
   return 2;

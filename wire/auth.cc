@@ -202,6 +202,7 @@ std::shared_ptr<const Curve> RunCurve(const config::Config& cfg, const std::stri
 
 std::map<std::string, std::set<std::string>> RunAllowList() {
   return {{kDomainTrajectories, {"actor"}},
+          {kDomainInference, {"actor"}},
           {kDomainParams, {"actor", "learner"}},
           {kDomainStatus, {"actor", "learner", "ps", "coordinator"}},
           {kDomainControl, {"actor", "learner", "ps", "coordinator"}}};

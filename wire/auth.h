@@ -31,6 +31,7 @@ inline constexpr const char* kDomainTrajectories = "trajectories";  // learner P
 inline constexpr const char* kDomainParams = "params";              // PS ROUTER: actors, learners
 inline constexpr const char* kDomainStatus = "status";              // coordinator PULL: all
 inline constexpr const char* kDomainControl = "control";            // coordinator PUB: all
+inline constexpr const char* kDomainInference = "inference";        // learner's inference ROUTER: actors
 
 std::string Identity(const char* role, int index);
 // The role part of an identity ("actor-3" -> "actor"); empty if malformed.

@@ -312,6 +312,11 @@ std::string LearnerEndpoint(const config::Config& cfg, int learner) {
   return learner == 0 ? cfg.cluster().learner() : std::string();
 }
 
+std::string InferenceEndpoint(const config::Config& cfg, int learner) {
+  if (learner >= 0 && learner < cfg.cluster().inference_size()) return cfg.cluster().inference(learner);
+  return std::string();
+}
+
 int LearnerOfActor(const config::Config& cfg, int actor) {
   return actor % std::max(1, cfg.learner().num_learners());
 }

@@ -70,6 +70,8 @@ std::string BindEndpoint(const config::Config& cfg, const std::string& endpoint)
 
 // Learner i's trajectory endpoint (cluster.learners[i], or cluster.learner for learner 0).
 std::string LearnerEndpoint(const config::Config& cfg, int learner);
+// actors.inference "central": learner `learner`'s inference server endpoint (empty if none).
+std::string InferenceEndpoint(const config::Config& cfg, int learner);
 // The learner actor `actor` sends to (actor % learner.num_learners).
 int LearnerOfActor(const config::Config& cfg, int actor);
 // True where PS shards own the optimizer (learner.update_mode "sync" or "async").

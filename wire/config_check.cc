@@ -33,6 +33,9 @@ constexpr Range kRanges[] = {
     {"actors.first_params_timeout_s", 0, 1e6, true, false},
     {"actors.max_policy_lag", 0, 1e9, false, true},
     {"actors.max_params_age_s", 0, 1e9, false, false},
+    {"actors.central_inference.min_batch", 0, 1e6, false, true},
+    {"actors.central_inference.max_batch", 0, 1e6, false, true},
+    {"actors.central_inference.timeout_ms", 0, 10000, false, false},
     {"learner.max_policy_lag", 0, 1e9, false, true},
     {"learner.batch_size", 1, 65536, false, true},
     {"learner.reward_clip", 0, 1e9, false, false},
@@ -217,6 +220,17 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
   if (placement != "greedy" && placement != "round_robin" && placement != "contiguous") {
     *error = loaded.Where("ps.placement") + ": ps.placement: \"" + placement +
              "\" is not known, expected \"greedy\", \"round_robin\" or \"contiguous\"";
+    return false;
+  }
+  if (const std::string mode = c.actors().inference(); mode != "local" && mode != "central") {
+    *error = loaded.Where("actors.inference") + ": actors.inference: \"" + mode +
+             "\" is not known, expected \"local\" or \"central\"";
+    return false;
+  }
+  if (c.cluster().inference_size() > 0 && c.cluster().inference_size() != c.learner().num_learners()) {
+    *error = loaded.Where("cluster.inference") + ": cluster.inference has " +
+             std::to_string(c.cluster().inference_size()) + " endpoint(s), but learner.num_learners is " +
+             std::to_string(c.learner().num_learners()) + " (one inference server per learner)";
     return false;
   }
   if (const std::string launcher = c.cluster().launcher(); launcher != "local" && launcher != "slurm") {

@@ -178,6 +178,9 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
   if (cl->ps_size() == 0) {
     for (int s = 0; s < cfg->ps().num_shards(); ++s) cl->add_ps(fresh());
   }
+  if (cfg->actors().inference() == "central" && cl->inference_size() == 0) {
+    for (int l = 0; l < cfg->learner().num_learners(); ++l) cl->add_inference(fresh());
+  }
   if (cfg->run_dir().empty()) {
     char stamp[32];
     std::time_t t = std::time(nullptr);
