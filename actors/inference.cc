@@ -476,6 +476,9 @@ void InferenceServer::Stop() {
   if (m.thread.joinable()) m.thread.join();
 }
 
+std::string InferenceServer::endpoint() const {
+  return impl_->socket ? impl_->socket->get(zmq::sockopt::last_endpoint) : std::string();
+}
 int64_t InferenceServer::batches() const { return impl_->batches.load(); }
 int64_t InferenceServer::requests() const { return impl_->requests.load(); }
 int64_t InferenceServer::envs() const { return impl_->envs.load(); }

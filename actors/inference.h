@@ -56,6 +56,8 @@ class InferenceServer {
   // False with `error` if the network cannot be made or the endpoint bound.
   bool Start(std::string* error);
   void Stop();
+  // The endpoint bound (a wildcard port resolved).
+  std::string endpoint() const;
   // Counters since Start (read from any thread).
   int64_t batches() const;
   int64_t requests() const;

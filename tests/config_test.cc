@@ -77,6 +77,13 @@ TEST_CASE("config: an unknown torso or device is a located error", "[config]") {
   const auto dev = WriteTemp("device", "learner { device: \"gpu\" }\n");
   CHECK_THAT(LoadError(dev), Catch::Contains("learner.device: \"gpu\" is not known, expected \"cpu\" or \"cuda:N\""));
   CHECK(LoadError(dev, {"learner.device=cuda:1"}) == "(loaded)");
+  const auto inf = WriteTemp("inference", "actors { inference: \"remote\" }\n");
+  CHECK_THAT(LoadError(inf), Catch::Contains(":1:") && Catch::Contains("actors.inference: \"remote\" is not known, expected \"local\" or \"central\""));
+  CHECK(LoadError(inf, {"actors.inference=central"}) == "(loaded)");
+  const auto eps = WriteTemp("inference_eps", "cluster { inference: \"tcp://a:1\" inference: \"tcp://a:2\" }\n");
+  CHECK_THAT(LoadError(eps), Catch::Contains("cluster.inference has 2 endpoint(s), but learner.num_learners is 1"));
+  CHECK_THAT(LoadError(inf, {"actors.inference=central", "actors.central_inference.timeout_ms=-1"}),
+             Catch::Contains("actors.central_inference.timeout_ms"));
 }
 
 TEST_CASE("config: an unknown field fails with file:line:col", "[config]") {

@@ -66,6 +66,29 @@ TEST_CASE("fleet: pixel Catch learns with an LSTM core, the small CNN and the de
   }
 }
 
+TEST_CASE("fleet: pixel Catch with an LSTM learns through central inference (CURVE on)", "[fleet][net][inference]") {
+  const std::string run_dir = FreshRunDir("catch_central");
+  Proc p = Start({"run", "configs/catch_pixels.textproto", "--run-dir", run_dir, "--set", "stop.stop_at_target=true",
+                  "--set", "stop.total_env_frames=600000", "--set", "net.lstm_size=64", "--set",
+                  "actors.inference=central"},
+                 run_dir + ".out");
+  const int code = Wait(p, std::chrono::seconds(110));
+  INFO(Slurp(p.output_path));
+  REQUIRE(code == 0);
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  CHECK(summary["frames_to_target"].get<long long>() > 0);
+  CHECK(summary["frames_to_target"].get<long long>() <= 600000);
+  // The learner's server did the acting: it says how many batches, none refused.
+  std::string learner_log;
+  for (const auto& f : fs::directory_iterator(run_dir + "/logs")) {
+    if (f.path().filename().string().rfind("learner", 0) == 0) learner_log += Slurp(f.path().string());
+  }
+  INFO(learner_log);
+  CHECK_THAT(learner_log, Catch::Contains("inference server: ") && Catch::Contains(" 0 requests refused"));
+  CHECK_THAT(Slurp(run_dir + "/config.textproto"), Catch::Contains("inference: \"tcp://"));
+  CheckNoneLeft(Spawned(Metrics(run_dir)));
+}
+
 TEST_CASE("fleet: Pendulum (box actions, Gaussian head) improves by at least 500", "[fleet][net]") {
   // A random policy scores about -1450 per episode; the config stops at -400. The test
   // asks for the best 100-episode mean to beat the first one by 500 within 4M frames.
