@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "net/layers.h"
 #include "wire/config.h"
 #include "wire/config.pb.h"
 #include "wire/tasks.h"
@@ -42,6 +43,19 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
 std::unique_ptr<Model<float>> MakeModelFromConfig(const config::Config& cfg,
                                                   const wire::StepShape& shape,
                                                   std::string* error) {
+  const std::string& backend = cfg.net().conv_backend();
+  if (backend == "eigen") {
+    SetConvBackend(ConvBackend::kEigen);
+  } else if (backend == "onednn" || backend == "auto") {
+    if (!SetConvBackend(ConvBackend::kOneDnn) && backend == "onednn") {
+      *error = "net.conv_backend: \"onednn\", but this build has no oneDNN (apt-get install libdnnl-dev, then "
+               "reconfigure), or set \"auto\" or \"eigen\"";
+      return nullptr;
+    }
+  } else {
+    *error = "net.conv_backend: \"" + backend + "\" is not known, expected \"auto\", \"onednn\" or \"eigen\"";
+    return nullptr;
+  }
   try {
     return MakeCpuModel<float>(ModelSpecFromConfig(cfg, shape));
   } catch (const std::invalid_argument& e) {

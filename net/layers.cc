@@ -1,14 +1,30 @@
 #include "net/layers.h"
 
 #include "net/kernel_math.h"
+#include "net/onednn_conv.h"
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <atomic>
 #include <limits>
+#include <memory>
+#include <type_traits>
 
 namespace stampede::net {
+
+namespace {
+std::atomic<ConvBackend> g_conv_backend{OneDnnBuilt() ? ConvBackend::kOneDnn : ConvBackend::kEigen};
+}  // namespace
+
+bool SetConvBackend(ConvBackend backend) {
+  if (backend == ConvBackend::kOneDnn && !OneDnnBuilt()) return false;
+  g_conv_backend = backend;
+  return true;
+}
+ConvBackend GetConvBackend() { return g_conv_backend.load(); }
+const char* ConvBackendName(ConvBackend backend) { return backend == ConvBackend::kOneDnn ? "onednn" : "eigen"; }
 
 namespace {
 template <class S>
@@ -115,6 +131,12 @@ class Conv : public Layer<S> {
         rows_(stride > 1) {
     w_ = layout->Add(name + "/w", {out_channels, in.c, k, k});
     b_ = layout->Add(name + "/b", {out_channels});
+    if constexpr (std::is_same_v<S, float>) {
+      if (GetConvBackend() == ConvBackend::kOneDnn) {
+        std::string why;
+        onednn_ = OneDnnConv::Create({in.c, in.h, in.w, out_.c, out_.h, out_.w, k, stride, pad}, &why);
+      }
+    }
     const int64_t pix = int64_t(out_.h) * out_.w;
     // Samples per GEMM: keep the unrolled windows near 256k values (cache-sized).
     chunk_ = int(std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, pix * in.c * k * k)));
@@ -124,6 +146,9 @@ class Conv : public Layer<S> {
   double flops() const override { return 2.0 * in_.c * k_ * k_ * out_.size(); }
 
   void Forward(const S* p, const S* in, int n, S* out) override {
+    if constexpr (std::is_same_v<S, float>) {
+      if (onednn_) return onednn_->Forward(p + w_, p + b_, in, n, out);
+    }
     const int K = in_.c * k_ * k_, P = out_.h * out_.w, C = out_.c;
     CMap<S> W(p + w_, C, K);
     CRow<S> b(p + b_, C);
@@ -149,6 +174,9 @@ class Conv : public Layer<S> {
 
   void Backward(const S* p, const S* in, const S*, const S* dout, int n, S* din,
                 S* grad) override {
+    if constexpr (std::is_same_v<S, float>) {
+      if (onednn_) return onednn_->Backward(p + w_, in, dout, n, din, grad + w_, grad + b_);
+    }
     const int K = in_.c * k_ * k_, P = out_.h * out_.w, C = out_.c;
     CMap<S> W(p + w_, C, K);
     MMap<S> dW(grad + w_, C, K);
@@ -335,6 +363,7 @@ class Conv : public Layer<S> {
   ImageShape in_, out_;
   int k_, s_, p_;
   bool rows_;  // im2row (strides above 1) rather than im2col
+  std::unique_ptr<OneDnnConv> onednn_;  // float, ConvBackend::kOneDnn: the whole convolution
   int chunk_;
   int64_t w_, b_;
   std::vector<S> col_, dcol_, y_;

@@ -46,6 +46,15 @@ template <class S>
 std::unique_ptr<Layer<S>> MakeRelu(int size);
 template <class S>
 std::unique_ptr<Layer<S>> MakeTanh(int size);
+// Which code computes the float32 CPU convolutions of layers made from now on
+// (process-wide; double-precision layers always use Eigen): oneDNN's JIT kernels where
+// the build has oneDNN (the default), else Eigen GEMMs over unrolled windows. A
+// convolution oneDNN has only a reference kernel for stays on Eigen.
+enum class ConvBackend { kEigen, kOneDnn };
+// false (and nothing changes) if oneDNN is asked for and the build lacks it.
+bool SetConvBackend(ConvBackend backend);
+ConvBackend GetConvBackend();
+const char* ConvBackendName(ConvBackend backend);
 // 2-D convolution, weights [out_channels, in.c, k, k] ("<name>/w"), bias [out_channels].
 template <class S>
 std::unique_ptr<Layer<S>> MakeConv(ParamLayout* layout, const std::string& name, ImageShape in,

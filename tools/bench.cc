@@ -17,6 +17,7 @@
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "net/layers.h"
+#include "net/onednn_conv.h"
 #include "tools/coordinator.h"
 #include "wire/config.h"
 
@@ -248,7 +249,7 @@ namespace {
 // B = 16, T = 20 (336 rows): forward and backward milliseconds and GFLOP/s of each layer
 // (backward counted as twice the forward's FLOPs; the first layer computes no input
 // gradient, so its backward is one product, counted as such).
-void PrintShallowCnnLayers(double seconds) {
+void PrintShallowCnnLayers(double seconds, double peak) {
   const int rows = 21 * 16;
   net::ParamLayout layout;
   std::vector<std::pair<std::string, std::unique_ptr<net::Layer<float>>>> layers;
@@ -302,7 +303,8 @@ void PrintShallowCnnLayers(double seconds) {
     std::printf("    %-20s %10.2f %10.1f %10.2f %10.1f\n", layers[i].first.c_str(), fms,
                 f > 0 ? f / (fms * 1e6) : 0.0, bms, f > 0 ? bflops / (bms * 1e6) : 0.0);
   }
-  std::printf("    %-20s %10.2f ms for forward + backward, %.1f GFLOP/s\n", "torso", total, total_flops / (total * 1e6));
+  std::printf("    %-20s %10.2f ms for forward + backward, %.1f GFLOP/s (%.0f%% of the GEMM peak)\n", "torso", total,
+              total_flops / (total * 1e6), 100 * total_flops / (total * 1e6) / peak);
 }
 }  // namespace
 
@@ -325,101 +327,112 @@ int RunNetworkBench(const BenchOptions& opt) {
     s.policy = net::CategoricalPolicy(6);
     return s;
   };
-  std::printf("stampede bench --networks: CPU (Eigen), one thread, uint8 observations, 6 actions; "
-              "a 512^3 Eigen GEMM runs %.1f GFLOP/s here now (stampede bench --gemm: other backends)\n",
-              MeasureEigenGemmGflops(opt.seconds / 3));
-  std::printf("  %-24s %8s %12s %6s %14s %10s\n", "network", "obs", "MFLOP/row", "batch", "us/sample", "GFLOP/s");
-  for (const Case& c : cases) {
-    const net::ModelSpec spec = spec_of(c);
-    auto model = net::MakeCpuModel<float>(spec);
-    std::vector<float> params(model->layout().total_size());
-    net::InitParams(spec, 1, params);
-    const double mflop = model->ForwardFlops() / 1e6;
-    std::string name = c.torso;
-    if (c.lstm) name += " + lstm " + std::to_string(c.lstm);
-    std::string obs;
-    for (size_t i = 0; i < c.obs.size(); ++i) obs += (i ? "x" : "") + std::to_string(c.obs[i]);
-    for (int batch : {1, 8, 32}) {
-      const int D = spec.obs_size();
-      std::vector<uint8_t> x(size_t(batch) * D);
-      envs::SplitMix64 rng(3);
-      for (auto& v : x) v = uint8_t(rng());
-      std::vector<float> state(size_t(batch) * model->state_size()), pol(size_t(batch) * 6), val(batch);
-      model->Step(params.data(), x.data(), batch, nullptr, state.data(), state.data(), pol.data(), val.data());
-      int64_t samples = 0;
+  const double peak = MeasureEigenGemmGflops(opt.seconds / 3);
+  std::printf("stampede bench --networks: CPU, one thread, uint8 observations, 6 actions; "
+              "a 512^3 Eigen GEMM runs %.1f GFLOP/s here now (stampede bench --gemm: other backends)\n", peak);
+  // Each convolution backend this build has (net.conv_backend), the default last.
+  std::vector<net::ConvBackend> backends = {net::ConvBackend::kEigen};
+  if (net::OneDnnBuilt()) backends.push_back(net::ConvBackend::kOneDnn);
+  for (const net::ConvBackend backend : backends) {
+    net::SetConvBackend(backend);
+    std::printf("== convolutions on %s (net.conv_backend \"%s\")\n",
+                backend == net::ConvBackend::kOneDnn ? "oneDNN (JIT kernels, NHWC inside)" : "Eigen (GEMMs over unrolled windows)",
+                net::ConvBackendName(backend));
+    std::printf("  %-24s %8s %12s %6s %14s %10s %8s\n", "network", "obs", "MFLOP/row", "batch", "us/sample", "GFLOP/s", "of peak");
+    for (const Case& c : cases) {
+      const net::ModelSpec spec = spec_of(c);
+      auto model = net::MakeCpuModel<float>(spec);
+      std::vector<float> params(model->layout().total_size());
+      net::InitParams(spec, 1, params);
+      const double mflop = model->ForwardFlops() / 1e6;
+      std::string name = c.torso;
+      if (c.lstm) name += " + lstm " + std::to_string(c.lstm);
+      std::string obs;
+      for (size_t i = 0; i < c.obs.size(); ++i) obs += (i ? "x" : "") + std::to_string(c.obs[i]);
+      for (int batch : {1, 8, 32}) {
+        const int D = spec.obs_size();
+        std::vector<uint8_t> x(size_t(batch) * D);
+        envs::SplitMix64 rng(3);
+        for (auto& v : x) v = uint8_t(rng());
+        std::vector<float> state(size_t(batch) * model->state_size()), pol(size_t(batch) * 6), val(batch);
+        model->Step(params.data(), x.data(), batch, nullptr, state.data(), state.data(), pol.data(), val.data());
+        int64_t samples = 0;
+        const auto start = Clock::now();
+        double elapsed = 0;
+        while ((elapsed = Since(start)) < opt.seconds / 3) {
+          model->Step(params.data(), x.data(), batch, nullptr, state.data(), state.data(), pol.data(), val.data());
+          samples += batch;
+        }
+        const double us = 1e6 * elapsed / double(samples);
+        const double gflops = mflop * 1e6 / (us * 1e-6) / 1e9;
+        std::printf("  %-24s %8s %12.2f %6d %14.1f %10.1f %7.0f%%\n", name.c_str(), obs.c_str(), mflop, batch, us, gflops,
+                    100 * gflops / peak);
+      }
+    }
+    // im2col + GEMM (the Eigen backend) against Eigen's Tensor convolutions (a 2-D
+    // convolution per input/output channel pair, summed), for the deep ResNet's first layer.
+    if (backend == net::ConvBackend::kEigen) {
+      const net::ImageShape in{4, 84, 84};
+      const int C = 16, n = 8;
+      net::ParamLayout layout;
+      auto conv = net::MakeConv<float>(&layout, "c", in, C, 3, 1, 1);
+      std::vector<float> p(layout.total_size(), 0.01f), x(size_t(n) * in.size(), 0.5f), y(size_t(n) * conv->out_size());
+      int64_t done = 0;
+      auto start = Clock::now();
+      double elapsed = 0;
+      do {
+        conv->Forward(p.data(), x.data(), n, y.data());
+        done += n;
+      } while ((elapsed = Since(start)) < opt.seconds / 3);
+      const double im2col_us = 1e6 * elapsed / double(done);
+      Eigen::Tensor<float, 2> plane(in.h + 2, in.w + 2), kernel(3, 3), out(in.h, in.w);
+      plane.setConstant(0.5f);
+      kernel.setConstant(0.01f);
+      const Eigen::array<ptrdiff_t, 2> dims{0, 1};
+      done = 0;
+      start = Clock::now();
+      do {
+        for (int co = 0; co < C; ++co) {
+          out.setZero();
+          for (int ci = 0; ci < in.c; ++ci) out += plane.convolve(kernel, dims);
+        }
+        ++done;
+      } while ((elapsed = Since(start)) < opt.seconds / 3);
+      const double tensor_us = 1e6 * elapsed / double(done);
+      std::printf("  conv 4->16 3x3 pad 1 on 84x84 (deep ResNet's first): im2col + GEMM %.1f us/sample, "
+                  "Eigen Tensor convolve %.1f us/sample (%.1fx)\n", im2col_us, tensor_us, tensor_us / im2col_us);
+    }
+    PrintShallowCnnLayers(opt.seconds, peak);
+    // The CPU learner: V-trace, loss, forward + backward over [T+1, B], clipping, RMSProp.
+    const int T = 20, B = 32;
+    for (const Case& c : {cases[1], cases[2]}) {
+      const net::ModelSpec spec = spec_of(c);
+      auto model = net::MakeCpuModel<float>(spec);
+      std::vector<float> params(model->layout().total_size()), grad(params.size());
+      net::InitParams(spec, 1, params);
+      learner::Batch batch;
+      batch.Resize(T, B, wire::StepShape{spec.obs_shape, wire::DType::kUint8, 6, 0});
+      envs::SplitMix64 rng(5);
+      for (auto& v : batch.observations_u8) v = uint8_t(rng());
+      for (auto& a : batch.actions) a = int32_t(rng() % 6);
+      learner::LossOptions lo;
+      learner::RmsProp rms(int64_t(params.size()), {});
+      int steps = 0;
       const auto start = Clock::now();
       double elapsed = 0;
-      while ((elapsed = Since(start)) < opt.seconds / 3) {
-        model->Step(params.data(), x.data(), batch, nullptr, state.data(), state.data(), pol.data(), val.data());
-        samples += batch;
-      }
-      const double us = 1e6 * elapsed / double(samples);
-      std::printf("  %-24s %8s %12.2f %6d %14.1f %10.1f\n", name.c_str(), obs.c_str(), mflop, batch, us,
-                  mflop * 1e6 / (us * 1e-6) / 1e9);
+      do {
+        std::fill(grad.begin(), grad.end(), 0.f);
+        learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
+        learner::ClipGlobalNorm(grad, 40.0);
+        rms.Step(params, grad, 1e-4);
+        ++steps;
+      } while ((elapsed = Since(start)) < opt.seconds);
+      const double sps = steps / elapsed;
+      const double gflops = sps * 3.0 * (T + 1) * B * model->ForwardFlops() / 1e9;
+      std::printf("  CPU learner %-12s B=%d T=%d: %.2f steps/s = %.0f agent steps/s (%.0f Atari frames/s at 4 per step), "
+                  "~%.1f GFLOP/s (%.0f%% of the GEMM peak)\n",
+                  c.torso, B, T, sps, sps * T * B, 4 * sps * T * B, gflops, 100 * gflops / peak);
     }
-  }
-  // im2col + GEMM (what net/ uses) against Eigen's Tensor convolutions (a 2-D convolution
-  // per input/output channel pair, summed), for the deep ResNet's first layer.
-  {
-    const net::ImageShape in{4, 84, 84};
-    const int C = 16, n = 8;
-    net::ParamLayout layout;
-    auto conv = net::MakeConv<float>(&layout, "c", in, C, 3, 1, 1);
-    std::vector<float> p(layout.total_size(), 0.01f), x(size_t(n) * in.size(), 0.5f), y(size_t(n) * conv->out_size());
-    int64_t done = 0;
-    auto start = Clock::now();
-    double elapsed = 0;
-    do {
-      conv->Forward(p.data(), x.data(), n, y.data());
-      done += n;
-    } while ((elapsed = Since(start)) < opt.seconds / 3);
-    const double im2col_us = 1e6 * elapsed / double(done);
-    Eigen::Tensor<float, 2> plane(in.h + 2, in.w + 2), kernel(3, 3), out(in.h, in.w);
-    plane.setConstant(0.5f);
-    kernel.setConstant(0.01f);
-    const Eigen::array<ptrdiff_t, 2> dims{0, 1};
-    done = 0;
-    start = Clock::now();
-    do {
-      for (int co = 0; co < C; ++co) {
-        out.setZero();
-        for (int ci = 0; ci < in.c; ++ci) out += plane.convolve(kernel, dims);
-      }
-      ++done;
-    } while ((elapsed = Since(start)) < opt.seconds / 3);
-    const double tensor_us = 1e6 * elapsed / double(done);
-    std::printf("  conv 4->16 3x3 pad 1 on 84x84 (deep ResNet's first): im2col + GEMM %.1f us/sample, "
-                "Eigen Tensor convolve %.1f us/sample (%.1fx)\n", im2col_us, tensor_us, tensor_us / im2col_us);
-  }
-  PrintShallowCnnLayers(opt.seconds);
-  // The CPU learner: V-trace, loss, forward + backward over [T+1, B], clipping, RMSProp.
-  const int T = 20, B = 32;
-  for (const Case& c : {cases[1], cases[2]}) {
-    const net::ModelSpec spec = spec_of(c);
-    auto model = net::MakeCpuModel<float>(spec);
-    std::vector<float> params(model->layout().total_size()), grad(params.size());
-    net::InitParams(spec, 1, params);
-    learner::Batch batch;
-    batch.Resize(T, B, wire::StepShape{spec.obs_shape, wire::DType::kUint8, 6, 0});
-    envs::SplitMix64 rng(5);
-    for (auto& v : batch.observations_u8) v = uint8_t(rng());
-    for (auto& a : batch.actions) a = int32_t(rng() % 6);
-    learner::LossOptions lo;
-    learner::RmsProp rms(int64_t(params.size()), {});
-    int steps = 0;
-    const auto start = Clock::now();
-    double elapsed = 0;
-    do {
-      std::fill(grad.begin(), grad.end(), 0.f);
-      learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
-      learner::ClipGlobalNorm(grad, 40.0);
-      rms.Step(params, grad, 1e-4);
-      ++steps;
-    } while ((elapsed = Since(start)) < opt.seconds);
-    const double sps = steps / elapsed;
-    std::printf("  CPU learner %-12s B=%d T=%d: %.2f steps/s = %.0f agent steps/s (%.0f Atari frames/s at 4 per step), ~%.1f GFLOP/s\n",
-                c.torso, B, T, sps, sps * T * B, 4 * sps * T * B,
-                sps * 3.0 * (T + 1) * B * model->ForwardFlops() / 1e9);
   }
   return 0;
 }

@@ -14,7 +14,7 @@ packages=(
   pybind11-dev python3-dev python3-venv
   clang-14 libclang-rt-14-dev
   slurm-wlm munge iproute2 iptables
-  libopenblas0 libblis4
+  libopenblas0 libblis4 libdnnl-dev
 )
 missing=()
 for p in "${packages[@]}"; do

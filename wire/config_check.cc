@@ -222,6 +222,11 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              "\" is not known, expected \"greedy\", \"round_robin\" or \"contiguous\"";
     return false;
   }
+  if (const std::string b = c.net().conv_backend(); b != "auto" && b != "onednn" && b != "eigen") {
+    *error = loaded.Where("net.conv_backend") + ": net.conv_backend: \"" + b +
+             "\" is not known, expected \"auto\", \"onednn\" or \"eigen\"";
+    return false;
+  }
   if (const std::string mode = c.actors().inference(); mode != "local" && mode != "central") {
     *error = loaded.Where("actors.inference") + ": actors.inference: \"" + mode +
              "\" is not known, expected \"local\" or \"central\"";

@@ -1,0 +1,219 @@
+#include "net/onednn_conv.h"
+
+#ifdef STAMPEDE_HAVE_ONEDNN
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+namespace stampede::net {
+
+namespace {
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+// One engine for the process (engines are thread-safe); each convolution has its own
+// stream. oneDNN's OpenMP runs one thread: every role shares the machine's cores with
+// others (actors beside the learner), and the roles are the parallelism.
+dnnl::engine& Engine() {
+  static dnnl::engine* engine = [] {
+    omp_set_num_threads(1);
+    return new dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
+  return *engine;
+}
+
+bool IsReference(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
+}  // namespace
+
+struct OneDnnConv::Impl {
+  ConvGeometry g;
+  dnnl::stream stream{Engine()};
+
+  // Everything for one batch size n: primitives, oneDNN-side buffers, reorders, and
+  // user-side memories whose data handles are set per call.
+  struct Prims {
+    dnnl::convolution_forward::primitive_desc fpd;
+    dnnl::convolution_backward_weights::primitive_desc bwpd;
+    dnnl::convolution_backward_data::primitive_desc bdpd;
+    dnnl::convolution_forward fwd;
+    dnnl::convolution_backward_weights bww;
+    dnnl::convolution_backward_data bwd;
+    memory u_src, u_dst, u_w, u_b, u_ddst, u_dsrc, u_dw;  // user layouts (NCHW, OIHW, x)
+    memory src, dst, w_f, ddst, dw, db, w_d, dsrc;       // oneDNN's
+    dnnl::reorder to_src, from_dst, to_w_f, to_ddst, from_dw, to_w_d, from_dsrc;
+    std::vector<float> dw_plain, db_plain;
+  };
+  std::map<int, std::unique_ptr<Prims>> by_n;
+  // Samples per call: about 1 MB of input, so a chunk's NHWC copies stay in cache.
+  int chunk = 1;
+
+  explicit Impl(const ConvGeometry& geometry)
+      : g(geometry), chunk(int(std::max<int64_t>(1, (int64_t(1) << 18) / (int64_t(g.c) * g.h * g.w)))) {}
+
+  Prims& For(int n) {
+    auto it = by_n.find(n);
+    if (it != by_n.end()) return *it->second;
+    auto& eng = Engine();
+    auto P = std::make_unique<Prims>();
+    const memory::dims src_dims{n, g.c, g.h, g.w}, w_dims{g.o, g.c, g.k, g.k}, b_dims{g.o},
+        dst_dims{n, g.o, g.oh, g.ow}, strides{g.s, g.s}, pad{g.p, g.p};
+    // NHWC activations: oneDNN's AVX-512 kernels for every conv of the project's nets,
+    // forward and backward (NCHW gets its GEMM fallback, several times slower).
+    const memory::desc src_d(src_dims, dt::f32, tag::nhwc), dst_d(dst_dims, dt::f32, tag::nhwc),
+        w_any(w_dims, dt::f32, tag::any), b_d(b_dims, dt::f32, tag::x);
+    P->fpd = dnnl::convolution_forward::primitive_desc(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_d,
+                                        w_any, b_d, dst_d, strides, pad, pad),
+        eng);
+    P->bwpd = dnnl::convolution_backward_weights::primitive_desc(
+        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_d, w_any, b_d, dst_d, strides,
+                                                 pad, pad),
+        eng, P->fpd);
+    P->bdpd = dnnl::convolution_backward_data::primitive_desc(
+        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_d, w_any, dst_d, strides, pad,
+                                              pad),
+        eng, P->fpd);
+    P->fwd = dnnl::convolution_forward(P->fpd);
+    P->bww = dnnl::convolution_backward_weights(P->bwpd);
+    P->bwd = dnnl::convolution_backward_data(P->bdpd);
+    const memory::desc u_src_d(src_dims, dt::f32, tag::nchw), u_dst_d(dst_dims, dt::f32, tag::nchw),
+        u_w_d(w_dims, dt::f32, tag::oihw);
+    P->u_src = memory(u_src_d, eng, DNNL_MEMORY_NONE);
+    P->u_dst = memory(u_dst_d, eng, DNNL_MEMORY_NONE);
+    P->u_w = memory(u_w_d, eng, DNNL_MEMORY_NONE);
+    P->u_b = memory(b_d, eng, DNNL_MEMORY_NONE);
+    P->u_ddst = memory(u_dst_d, eng, DNNL_MEMORY_NONE);
+    P->u_dsrc = memory(u_src_d, eng, DNNL_MEMORY_NONE);
+    P->dw_plain.resize(size_t(g.o) * g.c * g.k * g.k);
+    P->db_plain.resize(size_t(g.o));
+    P->u_dw = memory(u_w_d, eng, P->dw_plain.data());
+    P->src = memory(P->fpd.src_desc(), eng);
+    P->dst = memory(P->fpd.dst_desc(), eng);
+    P->w_f = memory(P->fpd.weights_desc(), eng);
+    P->ddst = memory(P->bwpd.diff_dst_desc(), eng);
+    P->dw = memory(P->bwpd.diff_weights_desc(), eng);
+    P->db = memory(P->bwpd.diff_bias_desc(), eng, P->db_plain.data());
+    P->w_d = memory(P->bdpd.weights_desc(), eng);
+    P->dsrc = memory(P->bdpd.diff_src_desc(), eng);
+    P->to_src = dnnl::reorder(P->u_src, P->src);
+    P->from_dst = dnnl::reorder(P->dst, P->u_dst);
+    P->to_w_f = dnnl::reorder(P->u_w, P->w_f);
+    P->to_ddst = dnnl::reorder(P->u_ddst, P->ddst);
+    P->from_dw = dnnl::reorder(P->dw, P->u_dw);
+    P->to_w_d = dnnl::reorder(P->u_w, P->w_d);
+    P->from_dsrc = dnnl::reorder(P->dsrc, P->u_dsrc);
+    return *by_n.emplace(n, std::move(P)).first->second;
+  }
+};
+
+OneDnnConv::OneDnnConv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OneDnnConv::~OneDnnConv() = default;
+
+std::unique_ptr<OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, std::string* why) {
+  auto impl = std::make_unique<Impl>(g);
+  try {
+    // A batch of 16 (an actor's) tells whether oneDNN has real kernels for this shape.
+    Impl::Prims& p = impl->For(std::min(16, impl->chunk));
+    for (const char* k : {p.fpd.impl_info_str(), p.bwpd.impl_info_str(), p.bdpd.impl_info_str()}) {
+      if (IsReference(k)) {
+        *why = std::string("oneDNN has only its reference kernel (") + k + ") for this convolution";
+        return nullptr;
+      }
+    }
+  } catch (const dnnl::error& e) {
+    *why = std::string("oneDNN: ") + e.what();
+    return nullptr;
+  }
+  return std::unique_ptr<OneDnnConv>(new OneDnnConv(std::move(impl)));
+}
+
+void OneDnnConv::Forward(const float* w, const float* b, const float* in, int n, float* out) {
+  Impl& m = *impl_;
+  const int64_t in_size = int64_t(m.g.c) * m.g.h * m.g.w, out_size = int64_t(m.g.o) * m.g.oh * m.g.ow;
+  const Impl::Prims* prev = nullptr;  // whose weight copy is current
+  for (int s0 = 0; s0 < n; s0 += m.chunk) {
+    Impl::Prims& p = m.For(std::min(m.chunk, n - s0));
+    p.u_src.set_data_handle(const_cast<float*>(in + s0 * in_size));
+    p.u_w.set_data_handle(const_cast<float*>(w));
+    p.u_b.set_data_handle(const_cast<float*>(b));
+    p.u_dst.set_data_handle(out + s0 * out_size);
+    p.to_src.execute(m.stream, p.u_src, p.src);
+    if (&p != prev) p.to_w_f.execute(m.stream, p.u_w, p.w_f);  // once per batch size
+    p.fwd.execute(m.stream, {{DNNL_ARG_SRC, p.src}, {DNNL_ARG_WEIGHTS, p.w_f}, {DNNL_ARG_BIAS, p.u_b}, {DNNL_ARG_DST, p.dst}});
+    p.from_dst.execute(m.stream, p.dst, p.u_dst);
+    prev = &p;
+  }
+  m.stream.wait();
+}
+
+void OneDnnConv::Backward(const float* w, const float* in, const float* dout, int n, float* din, float* dw,
+                          float* db) {
+  Impl& m = *impl_;
+  const int64_t in_size = int64_t(m.g.c) * m.g.h * m.g.w, out_size = int64_t(m.g.o) * m.g.oh * m.g.ow;
+  const Impl::Prims* prev = nullptr;  // whose weight copy is current
+  for (int s0 = 0; s0 < n; s0 += m.chunk) {
+    Impl::Prims& p = m.For(std::min(m.chunk, n - s0));
+    // The input is reordered again chunk by chunk: a chunk's NHWC copy stays in cache,
+    // where one of the whole batch would not.
+    p.u_src.set_data_handle(const_cast<float*>(in + s0 * in_size));
+    p.to_src.execute(m.stream, p.u_src, p.src);
+    p.u_ddst.set_data_handle(const_cast<float*>(dout + s0 * out_size));
+    p.to_ddst.execute(m.stream, p.u_ddst, p.ddst);
+    p.bww.execute(m.stream, {{DNNL_ARG_SRC, p.src}, {DNNL_ARG_DIFF_DST, p.ddst}, {DNNL_ARG_DIFF_WEIGHTS, p.dw},
+                             {DNNL_ARG_DIFF_BIAS, p.db}});
+    p.from_dw.execute(m.stream, p.dw, p.u_dw);
+    if (din != nullptr) {
+      p.u_w.set_data_handle(const_cast<float*>(w));
+      p.u_dsrc.set_data_handle(din + s0 * in_size);
+      if (&p != prev) p.to_w_d.execute(m.stream, p.u_w, p.w_d);
+      p.bwd.execute(m.stream, {{DNNL_ARG_DIFF_DST, p.ddst}, {DNNL_ARG_WEIGHTS, p.w_d}, {DNNL_ARG_DIFF_SRC, p.dsrc}});
+      p.from_dsrc.execute(m.stream, p.dsrc, p.u_dsrc);
+    }
+    m.stream.wait();
+    for (size_t i = 0; i < p.dw_plain.size(); ++i) dw[i] += p.dw_plain[i];
+    for (size_t i = 0; i < p.db_plain.size(); ++i) db[i] += p.db_plain[i];
+    prev = &p;
+  }
+}
+
+std::string OneDnnConv::Kernels(int n) {
+  Impl::Prims& p = impl_->For(n);
+  return std::string(p.fpd.impl_info_str()) + " / " + p.bwpd.impl_info_str() + " / " + p.bdpd.impl_info_str();
+}
+
+bool OneDnnBuilt() { return true; }
+
+}  // namespace stampede::net
+
+#else  // no oneDNN in this build
+
+#include <stdexcept>
+
+namespace stampede::net {
+
+struct OneDnnConv::Impl {};
+OneDnnConv::OneDnnConv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OneDnnConv::~OneDnnConv() = default;
+std::unique_ptr<OneDnnConv> OneDnnConv::Create(const ConvGeometry&, std::string* why) {
+  *why = "this build has no oneDNN (libdnnl-dev was not found when it was configured)";
+  return nullptr;
+}
+// Unreachable: Create never makes one without oneDNN.
+void OneDnnConv::Forward(const float*, const float*, const float*, int, float*) {
+  throw std::logic_error("OneDnnConv without oneDNN");
+}
+void OneDnnConv::Backward(const float*, const float*, const float*, int, float*, float*, float*) {
+  throw std::logic_error("OneDnnConv without oneDNN");
+}
+std::string OneDnnConv::Kernels(int) { return {}; }
+bool OneDnnBuilt() { return false; }
+
+}  // namespace stampede::net
+
+#endif

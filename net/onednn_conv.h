@@ -1,0 +1,42 @@
+// A float32 2-D convolution on oneDNN (Debian's libdnnl, JIT kernels for the host's
+// ISA, one thread): the CPU convolutions' fast path where the build has oneDNN
+// (net/layers.h, ConvBackend). The layers keep NCHW activations and [out, in, k, k]
+// weights; inside, oneDNN computes in NHWC with its own weight layout, and the
+// reorders both ways are part of every call. No oneDNN header leaves this file's .cc.
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace stampede::net {
+
+struct ConvGeometry {
+  int c = 0, h = 0, w = 0;     // input channels and size
+  int o = 0, oh = 0, ow = 0;   // output channels and size
+  int k = 0, s = 1, p = 0;     // square kernel, stride, padding
+};
+
+class OneDnnConv {
+ public:
+  // nullptr (and `why`) where the build has no oneDNN or oneDNN has only its reference
+  // kernel for this geometry (far slower than the Eigen path).
+  static std::unique_ptr<OneDnnConv> Create(const ConvGeometry& g, std::string* why);
+  ~OneDnnConv();
+  // out [n, o, oh, ow] = conv(in [n, c, h, w], w [o, c, k, k]) + b [o].
+  void Forward(const float* w, const float* b, const float* in, int n, float* out);
+  // Given the input of the last Forward and dLoss/dout: ADDS dLoss/dw and dLoss/db,
+  // writes dLoss/din where `din` is non-null.
+  void Backward(const float* w, const float* in, const float* dout, int n, float* din, float* dw, float* db);
+  // The kernels oneDNN picked for a batch of n (forward, backward weights, backward data).
+  std::string Kernels(int n);
+
+ private:
+  struct Impl;
+  explicit OneDnnConv(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// True where the build has oneDNN.
+bool OneDnnBuilt();
+
+}  // namespace stampede::net
