@@ -18,14 +18,23 @@ using tag = memory::format_tag;
 using dt = memory::data_type;
 
 // One engine for the process (engines are thread-safe); each convolution has its own
-// stream. oneDNN's OpenMP runs one thread: every role shares the machine's cores with
-// others (actors beside the learner), and the roles are the parallelism.
+// stream.
 dnnl::engine& Engine() {
-  static dnnl::engine* engine = [] {
-    omp_set_num_threads(1);
-    return new dnnl::engine(dnnl::engine::kind::cpu, 0);
-  }();
+  static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
   return *engine;
+}
+
+// oneDNN's OpenMP runs one thread: every role shares the machine's cores with others
+// (actors beside the learner), and the roles are the parallelism. OpenMP's thread count
+// belongs to the calling thread, so each thread that computes sets it (a learner's
+// trainer thread is not the one that made the model; left at the default, it would run
+// a team of one thread per core whose idle members spin).
+void OneThread() {
+  thread_local const bool set = [] {
+    omp_set_num_threads(1);
+    return true;
+  }();
+  (void)set;
 }
 
 bool IsReference(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
@@ -116,6 +125,7 @@ OneDnnConv::OneDnnConv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 OneDnnConv::~OneDnnConv() = default;
 
 std::unique_ptr<OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, std::string* why) {
+  OneThread();
   auto impl = std::make_unique<Impl>(g);
   try {
     // A batch of 16 (an actor's) tells whether oneDNN has real kernels for this shape.
@@ -134,6 +144,7 @@ std::unique_ptr<OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, std::strin
 }
 
 void OneDnnConv::Forward(const float* w, const float* b, const float* in, int n, float* out) {
+  OneThread();
   Impl& m = *impl_;
   const int64_t in_size = int64_t(m.g.c) * m.g.h * m.g.w, out_size = int64_t(m.g.o) * m.g.oh * m.g.ow;
   const Impl::Prims* prev = nullptr;  // whose weight copy is current
@@ -154,6 +165,7 @@ void OneDnnConv::Forward(const float* w, const float* b, const float* in, int n,
 
 void OneDnnConv::Backward(const float* w, const float* in, const float* dout, int n, float* din, float* dw,
                           float* db) {
+  OneThread();
   Impl& m = *impl_;
   const int64_t in_size = int64_t(m.g.c) * m.g.h * m.g.w, out_size = int64_t(m.g.o) * m.g.oh * m.g.ow;
   const Impl::Prims* prev = nullptr;  // whose weight copy is current

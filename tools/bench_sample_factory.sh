@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Pong fleet frames/s against Sample Factory 2.1.1 on the same cores, in pairs run back
+# to back (this machine's speed drifts by tens of percent within an hour, so only a
+# pair's ratio means something):
+#   Sample Factory: APPO, async, 2 workers x 8 envs, double-buffered sampling
+#     (worker_num_splits 2), its IMPALA shallow CNN + FC 256 (convnet_impala), no RNN,
+#     batch 256, rollout 32, on the CPU, PyPI's PyTorch.
+#   Stampede: `stampede run configs/atari_pong.textproto` (plus any --set given).
+# Each run lasts SECONDS; its figure is the median of its frames/s readings after the
+# first WARMUP seconds (Sample Factory's 10-second "Fps is" windows, Stampede's
+# progress lines). Both count ALE frames (frame skip 4).
+#
+# usage: tools/bench_sample_factory.sh [--pairs N] [--seconds S] [--warmup W] [--set path=value ...]
+# Sample Factory lives in its own venv (SF_VENV, default runs/sf-venv), made on first
+# use from PyPI with the ROMs of the project venv's ale-py.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pairs=3 seconds=150 warmup=30
+sets=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --pairs) pairs=$2; shift 2 ;;
+    --seconds) seconds=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --set) sets+=(--set "$2"); shift 2 ;;
+    *) echo "bench_sample_factory: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+sf_venv=${SF_VENV:-runs/sf-venv}
+stampede=${STAMPEDE:-build/tools/stampede}
+[[ -x $stampede ]] || { echo "bench_sample_factory: $stampede is missing: tools/build.sh first" >&2; exit 2; }
+if [[ ! -x $sf_venv/bin/python ]] || ! "$sf_venv/bin/python" -c "import sample_factory" 2> /dev/null; then
+  echo "bench_sample_factory: making $sf_venv (sample-factory 2.1.1, gymnasium 0.29.1, ale-py 0.8.1, PyPI torch)"
+  python3 -m venv "$sf_venv"
+  "$sf_venv/bin/pip" install -q --disable-pip-version-check "sample-factory==2.1.1" "gymnasium[atari]==0.29.1" \
+    "ale-py==0.8.1" "numpy<2" torch
+  roms=$(ls -d .venv/lib/python3*/site-packages/ale_py/roms 2> /dev/null | head -1)
+  [[ -n $roms ]] || { echo "bench_sample_factory: no ROMs in the project venv (.venv): tools/setup.sh first" >&2; exit 2; }
+  "$sf_venv/bin/ale-import-roms" "$roms" > /dev/null
+fi
+out=runs/bench-sample-factory
+mkdir -p "$out"
+sf_version=$("$sf_venv/bin/python" -c "import importlib.metadata as m; print(m.version('sample-factory'), 'with torch', m.version('torch'))" 2> /dev/null || echo "?")
+echo "bench_sample_factory: $pairs pairs of $seconds s runs (median after the first $warmup s), Sample Factory $sf_version, $(nproc) cores"
+
+# Median of the numbers on stdin.
+median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
+ratios=()
+for ((p = 1; p <= pairs; p++)); do
+  sf_log=$out/sf-$p.log st_log=$out/stampede-$p.log
+  rm -rf "$out/sf-train-$p"
+  timeout -s INT "$seconds" "$sf_venv/bin/python" -m sf_examples.atari.train_atari --env=atari_pong --algo=APPO \
+    --async_rl=True --num_workers=2 --num_envs_per_worker=8 --worker_num_splits=2 --device=cpu \
+    --encoder_conv_architecture=convnet_impala --encoder_conv_mlp_layers 256 --use_rnn=False --batch_size=256 \
+    --rollout=32 --train_dir="$out/sf-train-$p" --experiment=pong > "$sf_log" 2>&1 || true
+  sleep 5  # its processes gone
+  # "[2026-12-03 12:01:36,023][06004] Fps is (10 sec: 2048.0, ...": seconds since its first reading.
+  sf=$(grep "Fps is (10 sec:" "$sf_log" | sed -E 's/^.*\[([0-9-]+ [0-9:]+),[0-9]+\].*Fps is \(10 sec: ([0-9.]+|nan).*/\1 \2/' |
+    awk -v w="$warmup" '{cmd = "date -d \"" $1 " " $2 "\" +%s"; cmd | getline t; close(cmd); if (!t0) t0 = t;
+                          if (t - t0 >= w && $3 != "nan") print $3}' | median)
+  rm -rf "$out/stampede-$p"
+  timeout -s INT "$seconds" "$stampede" run configs/atari_pong.textproto --run-dir "$out/stampede-$p" \
+    --set stop.total_env_frames=1000000000 "${sets[@]}" > "$st_log" 2>&1 || true
+  sleep 5
+  # "[   40.2s] frames 277.8k (8.3k/s) | ...": the rate since the previous line.
+  st=$(grep -E "^\[ *[0-9.]+s\] frames" "$st_log" | sed -E 's/^\[ *([0-9.]+)s\].*\(([0-9.]+)(k?)\/s\).*/\1 \2 \3/' |
+    awk -v w="$warmup" '$1 >= w {print ($3 == "k" ? $2 * 1000 : $2)}' | median)
+  ratio=$(awk -v a="$st" -v b="$sf" 'BEGIN {print (b > 0 ? a / b : "nan")}')
+  ratios+=("$ratio")
+  printf "  pair %d: Sample Factory %7.0f frames/s   Stampede %7.0f frames/s   ratio %.2fx\n" "$p" "$sf" "$st" "$ratio"
+done
+printf "bench_sample_factory: median ratio %.2fx over %d pairs (logs in %s)\n" \
+  "$(printf '%s\n' "${ratios[@]}" | median)" "$pairs" "$out"
