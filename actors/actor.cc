@@ -355,6 +355,7 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
   const int64_t max_lag = cfg.actors().max_policy_lag();
   wire::TrajectoryBatch batch;
   *batch.meta.mutable_sender() = sender;
+  batch.stack_frames = cfg.wire().stack_frames();
   double send_wait = 0, total_wait = 0;
   int64_t sends = 0;
   auto last_report = Clock::now();

@@ -20,6 +20,8 @@
 #include "net/onednn_conv.h"
 #include "tools/coordinator.h"
 #include "wire/config.h"
+#include "wire/trajectory.h"
+#include "wire/zmq_util.h"
 
 namespace stampede::tools {
 
@@ -172,6 +174,35 @@ int RunBench(const BenchOptions& opt) {
     const double sps = double(core->frames() - warm) / elapsed;
     std::printf("  actor frames/s (1 core, %d envs, %s inference): %12.0f  (%.2f us/step)\n",
                 cfg.actors().envs_per_actor(), core->net_spec().torso.c_str(), sps, 1e6 / sps);
+    // The last unroll as it travels (wire.stack_frames): its bytes and how its
+    // observations went, checked against what the learner decodes.
+    zmq::context_t ctx(1);
+    zmq::socket_t push(ctx, zmq::socket_type::push), pull(ctx, zmq::socket_type::pull);
+    wire::ConfigureReceiver(pull, int64_t(1) << 32);
+    pull.bind("inproc://bench-trajectory");
+    push.connect("inproc://bench-trajectory");
+    batch.stack_frames = cfg.wire().stack_frames();
+    *batch.meta.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 0, 1);
+    std::vector<zmq::message_t> parts;
+    if (wire::SendTrajectory(push, batch) && wire::RecvMultipart(pull, &parts, true)) {
+      size_t sent = 0;
+      for (const auto& part : parts) sent += part.size();
+      wire::Trajectory header;
+      const bool single = wire::ParseFrame(parts[0], &header) && header.arrays(0).name() == "first_observations";
+      wire::TrajectoryExpectations expect;
+      expect.unroll_length = batch.T();
+      expect.shape = batch.shape;
+      expect.newest_policy_version = 1;
+      wire::TrajectoryBatch decoded;
+      std::string detail;
+      const bool same = wire::DecodeTrajectory(parts, expect, &decoded, &detail) == wire::DropReason::kNone &&
+                        decoded.observations_u8 == batch.observations_u8 && decoded.observations == batch.observations;
+      std::printf("  trajectory as sent: %zu bytes; observations %s%s\n", sent,
+                  single ? ("as single frames, " + std::to_string(header.arrays(2).shape(0)) + " of " +
+                            std::to_string(batch.T() * batch.n()) + " rows whole (episode starts)").c_str()
+                         : "whole",
+                  same ? "; decoded equal" : ("; DECODED DIFFERENT " + detail).c_str());
+    }
   }
 
   // 3. Learner steps/s: V-trace, loss, gradient, clipping and RMSProp on one batch of

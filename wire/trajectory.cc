@@ -84,9 +84,64 @@ int64_t TrajectoryBytes(int T, int n, const StepShape& s) {
          int64_t(n) * s.core_state_size * 4;
 }
 
+bool FrameStackable(const StepShape& shape) {
+  return shape.obs_dtype == DType::kUint8 && shape.obs_shape.size() == 3 && shape.obs_shape[0] >= 2;
+}
+
+namespace {
+// Fills `s` from the observations of `u`; false if more than half the rows would go whole
+// (the observations are then not a frame stack, and go whole).
+bool EncodeStacked(const Unrolls& u, StackedFrames* s) {
+  const size_t n = size_t(u.n()), rows = size_t(u.T() + 1) * n, C = size_t(u.shape.obs_shape[0]);
+  const size_t HW = size_t(u.shape.obs_shape[1]) * u.shape.obs_shape[2], D = C * HW;
+  s->frames.resize((rows - n) * HW);
+  s->restack_rows.clear();
+  s->restack_obs.clear();
+  for (size_t r = n; r < rows; ++r) {
+    const uint8_t* cur = &u.observations_u8[r * D];
+    const uint8_t* prev = cur - n * D;
+    std::memcpy(&s->frames[(r - n) * HW], cur + (C - 1) * HW, HW);
+    if (std::memcmp(cur, prev + HW, (C - 1) * HW) != 0) {
+      if (2 * (s->restack_rows.size() + 1) > rows - n) return false;
+      s->restack_rows.push_back(int32_t(r));
+      s->restack_obs.insert(s->restack_obs.end(), cur, cur + D);
+    }
+  }
+  return true;
+}
+
+// The four arrays that replace "observations" when they travel as single frames.
+std::vector<ArrayView> StackedViews(Unrolls& u, StackedFrames& s) {
+  const int64_t T = u.T(), n = u.n(), K = int64_t(s.restack_rows.size());
+  const int64_t C = u.shape.obs_shape[0], H = u.shape.obs_shape[1], W = u.shape.obs_shape[2];
+  return {ArrayView{"first_observations", DType::kUint8, {n, C, H, W}, u.observations_u8.data(), size_t(n * C * H * W)},
+          View("frames", DType::kUint8, {T, n, H, W}, s.frames),
+          View("restack_rows", DType::kInt32, {K}, s.restack_rows),
+          View("restack_observations", DType::kUint8, {K, C, H, W}, s.restack_obs)};
+}
+}  // namespace
+
 bool SendTrajectory(zmq::socket_t& socket, const TrajectoryBatch& b) {
+  auto& u = const_cast<TrajectoryBatch&>(b);
+  std::vector<ArrayView> arrays = Arrays(u);
+  if (b.stack_frames && FrameStackable(b.shape) && EncodeStacked(b, &b.stacked)) {
+    std::vector<ArrayView> stacked = StackedViews(u, b.stacked);
+    Trajectory header = b.meta;
+    header.clear_arrays();
+    for (const ArrayView& a : stacked) {
+      ArrayHeader* h = header.add_arrays();
+      h->set_name(a.name);
+      h->set_dtype(ArrayType(int(a.dtype)));
+      for (int64_t d : a.shape) h->add_shape(d);
+    }
+    for (int i = 1; i < b.meta.arrays_size(); ++i) *header.add_arrays() = b.meta.arrays(i);
+    std::vector<Frame> frames;
+    for (const ArrayView& a : stacked) frames.push_back({a.data, a.bytes});
+    for (size_t i = 1; i < arrays.size(); ++i) frames.push_back({arrays[i].data, arrays[i].bytes});
+    return SendMessage(socket, header, frames);
+  }
   std::vector<Frame> frames;
-  for (const ArrayView& a : Arrays(const_cast<TrajectoryBatch&>(b))) frames.push_back({a.data, a.bytes});
+  for (const ArrayView& a : arrays) frames.push_back({a.data, a.bytes});
   return SendMessage(socket, b.meta, frames);
 }
 
@@ -156,6 +211,25 @@ DropReason DecodeTrajectory(const std::vector<zmq::message_t>& parts,
   }
   out->Unrolls::Resize(int(T), int(n), expect.shape);
   std::vector<ArrayView> want = Arrays(*out);
+  // Observations as single frames: four arrays in place of "observations".
+  const bool stacked = m.arrays_size() > 0 && m.arrays(0).name() == "first_observations";
+  if (stacked) {
+    if (!FrameStackable(expect.shape)) {
+      *detail = "observations sent as single frames, but the resolved env spec's are not a uint8 [C, H, W] frame stack";
+      return DropReason::kShape;
+    }
+    if (m.arrays_size() < 4 || m.arrays(2).name() != "restack_rows" || m.arrays(2).shape_size() != 1 ||
+        m.arrays(2).shape(0) < 0 || m.arrays(2).shape(0) > T * n) {
+      *detail = "single-frame observations without a \"restack_rows\" array of at most T x n rows";
+      return DropReason::kMalformed;
+    }
+    out->stacked.frames.resize(size_t(T * n) * expect.shape.obs_shape[1] * expect.shape.obs_shape[2]);
+    out->stacked.restack_rows.resize(size_t(m.arrays(2).shape(0)));
+    out->stacked.restack_obs.resize(out->stacked.restack_rows.size() * expect.shape.obs_size());
+    std::vector<ArrayView> views = StackedViews(*out, out->stacked);
+    want.erase(want.begin());
+    want.insert(want.begin(), views.begin(), views.end());
+  }
   if (size_t(m.arrays_size()) != want.size()) {
     *detail = "header describes " + std::to_string(m.arrays_size()) + " arrays, expected " +
               std::to_string(want.size());
@@ -191,6 +265,31 @@ DropReason DecodeTrajectory(const std::vector<zmq::message_t>& parts,
       return DropReason::kShape;
     }
     if (a.bytes) std::memcpy(a.data, parts[i + 1].data(), a.bytes);
+  }
+  if (stacked) {
+    // Rows after the first: the previous row shifted by the new frame, or sent whole.
+    const StackedFrames& st = out->stacked;
+    const size_t C = size_t(expect.shape.obs_shape[0]), HW = size_t(expect.shape.obs_size()) / C, D = C * HW;
+    const size_t rows = size_t(T + 1) * n;
+    size_t next = 0;
+    for (size_t k = 0; k < st.restack_rows.size(); ++k) {
+      const int64_t r = st.restack_rows[k];
+      if (r < n || r >= int64_t(rows) || (k > 0 && r <= st.restack_rows[k - 1])) {
+        *detail = "restack row " + std::to_string(r) + " at index " + std::to_string(k) +
+                  " is not in [n, (T+1) n) or not increasing";
+        return DropReason::kMalformed;
+      }
+    }
+    for (size_t r = size_t(n); r < rows; ++r) {
+      uint8_t* cur = &out->observations_u8[r * D];
+      if (next < st.restack_rows.size() && size_t(st.restack_rows[next]) == r) {
+        std::memcpy(cur, &st.restack_obs[next * D], D);
+        ++next;
+        continue;
+      }
+      std::memcpy(cur, cur - size_t(n) * D + HW, (C - 1) * HW);
+      std::memcpy(cur + (C - 1) * HW, &st.frames[(r - size_t(n)) * HW], HW);
+    }
   }
   if (!AllFinite(out->observations) || !AllFinite(out->rewards) ||
       !AllFinite(out->behaviour_logits) || !AllFinite(out->truncation_values) ||

@@ -17,8 +17,26 @@ namespace stampede::wire {
 // An actor's trajectory message: the unroll arrays plus the header (sender, policy
 // version, episodes, array descriptions). The actor fills one in place and sends it;
 // the learner decodes received frames into one.
+// Frame-stacked observations as they travel (SEED RL's trick): where an env's
+// observation is its previous one shifted along axis 0 by one new frame, only that frame;
+// elsewhere (an episode's first observation) the whole observation.
+struct StackedFrames {
+  std::vector<uint8_t> frames;        // [T, n, H, W]: each row's newest frame
+  std::vector<int32_t> restack_rows;  // rows (n .. (T+1) n - 1, increasing) sent whole
+  std::vector<uint8_t> restack_obs;   // [K, C, H, W]: those rows' observations
+};
+
+// Whether observations of this shape can travel as single frames: uint8 [C, H, W] with
+// C >= 2 frames stacked along axis 0 (channels first, the oldest frame first).
+bool FrameStackable(const StepShape& shape);
+
 struct TrajectoryBatch : Unrolls {
   Trajectory meta;
+  // Send frame-stacked observations as single frames (wire.stack_frames) where the shape
+  // allows it and at most half the rows must go whole; otherwise whole observations.
+  // The learner decodes both.
+  bool stack_frames = false;
+  mutable StackedFrames stacked;  // scratch of the last send (or decode)
   // Sizes the arrays and describes them in the header.
   void Resize(int unroll_length, int num_unrolls, const StepShape& shape);
   void Resize(int unroll_length, int num_unrolls, int obs_size, int num_actions) {
