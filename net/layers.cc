@@ -7,24 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <atomic>
 #include <limits>
 #include <memory>
 #include <type_traits>
 
 namespace stampede::net {
-
-namespace {
-std::atomic<ConvBackend> g_conv_backend{OneDnnBuilt() ? ConvBackend::kOneDnn : ConvBackend::kEigen};
-}  // namespace
-
-bool SetConvBackend(ConvBackend backend) {
-  if (backend == ConvBackend::kOneDnn && !OneDnnBuilt()) return false;
-  g_conv_backend = backend;
-  return true;
-}
-ConvBackend GetConvBackend() { return g_conv_backend.load(); }
-const char* ConvBackendName(ConvBackend backend) { return backend == ConvBackend::kOneDnn ? "onednn" : "eigen"; }
 
 namespace {
 template <class S>

@@ -1,5 +1,26 @@
 #include "net/onednn_conv.h"
 
+#include <atomic>
+
+#include "net/layers.h"
+
+namespace stampede::net {
+
+// The process-wide choice (net/layers.h): oneDNN where built.
+namespace {
+std::atomic<ConvBackend> g_conv_backend{OneDnnBuilt() ? ConvBackend::kOneDnn : ConvBackend::kEigen};
+}  // namespace
+
+bool SetConvBackend(ConvBackend backend) {
+  if (backend == ConvBackend::kOneDnn && !OneDnnBuilt()) return false;
+  g_conv_backend = backend;
+  return true;
+}
+ConvBackend GetConvBackend() { return g_conv_backend.load(); }
+const char* ConvBackendName(ConvBackend backend) { return backend == ConvBackend::kOneDnn ? "onednn" : "eigen"; }
+
+}  // namespace stampede::net
+
 #ifdef STAMPEDE_HAVE_ONEDNN
 
 #include <omp.h>

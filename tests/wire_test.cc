@@ -2,8 +2,6 @@
 // with the right reason, and a live learner counts them while it keeps training.
 #include <catch2/catch.hpp>
 
-#include <cstring>
-
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -14,77 +12,18 @@
 #include "ps/shard.h"
 #include "tests/in_process_shards.h"
 #include "tests/resolved_spec.h"
+#include "tests/wire_helpers.h"
 #include "wire/trajectory.h"
 #include "wire/zmq_util.h"
 
 using namespace stampede;
 using wire::DropReason;
 
-namespace {
-wire::StepShape Vector(int D, int A) { return wire::StepShape{{D}, wire::DType::kFloat32, A}; }
-
-wire::TrajectoryBatch MakeGood(const wire::StepShape& shape, int T, int n, int64_t version,
-                               uint64_t seed = 1) {
-  wire::TrajectoryBatch b;
-  b.Resize(T, n, shape);
-  const int A = shape.num_actions;
-  *b.meta.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 3, 99);
-  b.meta.set_policy_version(version);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> nd(0, 1);
-  for (auto& x : b.observations) x = nd(rng);
-  for (auto& x : b.observations_u8) x = uint8_t(rng());
-  for (auto& x : b.behaviour_logits) x = nd(rng);
-  for (auto& x : b.rewards) x = nd(rng);
-  for (size_t i = 0; i < b.actions.size(); ++i) {
-    b.actions[i] = int(i % A);
-    b.terminated[i] = i % 7 == 3;
-    b.valid[i] = i % 5 != 1;
-  }
-  auto* ep = b.meta.add_episodes();
-  ep->set_episode_return(12.5f);
-  ep->set_length(40);
-  return b;
-}
-
-wire::TrajectoryBatch MakeGood(int T, int n, int D, int A, int64_t version, uint64_t seed = 1) {
-  return MakeGood(Vector(D, A), T, n, version, seed);
-}
-
-struct Pipe {
-  zmq::context_t ctx{1};
-  zmq::socket_t push{ctx, zmq::socket_type::push};
-  zmq::socket_t pull{ctx, zmq::socket_type::pull};
-  Pipe() {
-    wire::ConfigureReceiver(pull, 1 << 20);
-    pull.bind("inproc://wire-test");
-    push.connect("inproc://wire-test");
-  }
-  std::vector<zmq::message_t> RoundTrip(const wire::TrajectoryBatch& b) {
-    REQUIRE(wire::SendTrajectory(push, b));
-    std::vector<zmq::message_t> parts;
-    REQUIRE(wire::RecvMultipart(pull, &parts, true));
-    return parts;
-  }
-};
-
-wire::TrajectoryExpectations Expect(int T, const wire::StepShape& shape, int64_t newest) {
-  wire::TrajectoryExpectations e;
-  e.unroll_length = T;
-  e.shape = shape;
-  e.newest_policy_version = newest;
-  return e;
-}
-wire::TrajectoryExpectations Expect(int T, int D, int A, int64_t newest) {
-  return Expect(T, Vector(D, A), newest);
-}
-
-std::vector<zmq::message_t> Copy(const std::vector<zmq::message_t>& parts) {
-  std::vector<zmq::message_t> out;
-  for (const auto& p : parts) out.emplace_back(p.data(), p.size());
-  return out;
-}
-}  // namespace
+using testing::Copy;
+using testing::Expect;
+using testing::MakeGood;
+using testing::Pipe;
+using testing::Vector;
 
 TEST_CASE("wire: a trajectory round-trips through ZeroMQ unchanged", "[wire]") {
   Pipe pipe;
@@ -137,80 +76,6 @@ TEST_CASE("wire: uint8 pixel trajectories travel as uint8 and round-trip", "[wir
   const auto wide = MakeGood(wire::StepShape{{4, 6, 6}, wire::DType::kUint8, 3}, 5, 2, 0);
   CHECK(wire::DecodeTrajectory(pipe.RoundTrip(wide), Expect(5, pixels, 0), &got, &detail) ==
         DropReason::kShape);
-}
-
-TEST_CASE("wire: frame-stacked observations travel as single frames and are stacked again", "[wire]") {
-  Pipe pipe;
-  const int C = 4, H = 6, W = 5, T = 9, n = 3;
-  const size_t HW = H * W, D = C * HW;
-  const wire::StepShape stack{{C, H, W}, wire::DType::kUint8, 3};
-  REQUIRE(wire::FrameStackable(stack));
-  auto sent = MakeGood(stack, T, n, 0);
-  // Each row is the env's previous one shifted by a new frame, except after a step that
-  // ended an episode: the reset frame repeated C times (the Atari wrappers' rule).
-  std::mt19937_64 rng(5);
-  int restarts = 0;
-  for (size_t r = n; r < size_t(T + 1) * n; ++r) {
-    uint8_t* cur = &sent.observations_u8[r * D];
-    const uint8_t* prev = cur - n * D;
-    std::vector<uint8_t> frame(HW);
-    for (auto& v : frame) v = uint8_t(rng());
-    if (sent.terminated[r - n]) {
-      for (int c = 0; c < C; ++c) std::copy(frame.begin(), frame.end(), cur + c * HW);
-      ++restarts;
-    } else {
-      std::memcpy(cur, prev + HW, (C - 1) * HW);
-      std::copy(frame.begin(), frame.end(), cur + (C - 1) * HW);
-    }
-  }
-  REQUIRE(restarts > 0);
-  sent.stack_frames = true;
-  auto parts = pipe.RoundTrip(sent);
-  wire::Trajectory header;
-  REQUIRE(wire::ParseFrame(parts[0], &header));
-  REQUIRE(header.arrays_size() == sent.meta.arrays_size() + 3);
-  CHECK(header.arrays(0).name() == "first_observations");
-  CHECK(header.arrays(1).name() == "frames");
-  CHECK(header.arrays(2).name() == "restack_rows");
-  CHECK(header.arrays(3).name() == "restack_observations");
-  CHECK(parts[1].size() == n * D);            // the first row whole
-  CHECK(parts[2].size() == size_t(T) * n * HW);  // one frame per later row
-  CHECK(parts[3].size() == size_t(restarts) * 4);
-  CHECK(parts[4].size() == size_t(restarts) * D);  // episode starts whole
-  const size_t plain = size_t(T + 1) * n * D;
-  CHECK(parts[1].size() + parts[2].size() + parts[3].size() + parts[4].size() < plain / 2);
-  wire::TrajectoryBatch got;
-  std::string detail;
-  REQUIRE(wire::DecodeTrajectory(parts, Expect(T, stack, 0), &got, &detail) == DropReason::kNone);
-  CHECK(got.observations_u8 == sent.observations_u8);
-  CHECK(got.actions == sent.actions);
-  CHECK(got.terminated == sent.terminated);
-  CHECK(got.behaviour_logits == sent.behaviour_logits);
-
-  // A restack row outside [n, (T+1) n) is refused, naming it.
-  auto forged = Copy(parts);
-  int32_t bad = 1;
-  std::memcpy(forged[3].data(), &bad, sizeof bad);
-  CHECK(wire::DecodeTrajectory(forged, Expect(T, stack, 0), &got, &detail) == DropReason::kMalformed);
-  CHECK_THAT(detail, Catch::Contains("restack row 1"));
-  // Single frames where the spec has no frame stack are refused.
-  const wire::StepShape flat{{C, H * W}, wire::DType::kUint8, 3};
-  CHECK(wire::DecodeTrajectory(parts, Expect(T, flat, 0), &got, &detail) == DropReason::kShape);
-  CHECK_THAT(detail, Catch::Contains("not a uint8 [C, H, W] frame stack"));
-
-  // Observations that are not a frame stack go whole, stack_frames or not.
-  auto random = MakeGood(stack, T, n, 0);
-  random.stack_frames = true;
-  auto whole = pipe.RoundTrip(random);
-  REQUIRE(wire::ParseFrame(whole[0], &header));
-  CHECK(header.arrays(0).name() == "observations");
-  CHECK(whole[1].size() == plain);
-  REQUIRE(wire::DecodeTrajectory(whole, Expect(T, stack, 0), &got, &detail) == DropReason::kNone);
-  CHECK(got.observations_u8 == random.observations_u8);
-  // And with stack_frames off, the stack goes whole too.
-  sent.stack_frames = false;
-  REQUIRE(wire::ParseFrame(pipe.RoundTrip(sent)[0], &header));
-  CHECK(header.arrays(0).name() == "observations");
 }
 
 TEST_CASE("wire: box and multi-discrete actions and an LSTM state travel and are checked", "[wire]") {
