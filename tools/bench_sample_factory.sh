@@ -6,9 +6,9 @@
 #     (worker_num_splits 2), its IMPALA shallow CNN + FC 256 (convnet_impala), no RNN,
 #     batch 256, rollout 32, on the CPU, PyPI's PyTorch.
 #   Stampede: `stampede run configs/atari_pong.textproto` (plus any --set given).
-# Each run lasts SECONDS; its figure is the median of its frames/s readings after the
-# first WARMUP seconds (Sample Factory's 10-second "Fps is" windows, Stampede's
-# progress lines). Both count ALE frames (frame skip 4).
+# Each run lasts SECONDS; its figure is its frames/s after the first WARMUP seconds, from
+# its own frame counters (Sample Factory's "Total num frames", Stampede's progress lines),
+# with the median of its rate readings beside it. Both count ALE frames (frame skip 4).
 #
 # usage: tools/bench_sample_factory.sh [--pairs N] [--seconds S] [--warmup W] [--set path=value ...]
 # Sample Factory lives in its own venv (SF_VENV, default runs/sf-venv), made on first
@@ -41,10 +41,40 @@ fi
 out=runs/bench-sample-factory
 mkdir -p "$out"
 sf_version=$("$sf_venv/bin/python" -c "import importlib.metadata as m; print(m.version('sample-factory'), 'with torch', m.version('torch'))" 2> /dev/null || echo "?")
-echo "bench_sample_factory: $pairs pairs of $seconds s runs (median after the first $warmup s), Sample Factory $sf_version, $(nproc) cores"
+echo "bench_sample_factory: $pairs pairs of $seconds s runs (frames/s after the first $warmup s), Sample Factory $sf_version, $(nproc) cores"
 
-# Median of the numbers on stdin.
-median() { sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+# A run's frames/s after the warm-up, from its frame counters: (last - first) / elapsed
+# over the readings at or after `warmup` seconds, and the median of its own rate readings.
+# Sample Factory: "[2026-12-03 12:01:36,023][06004] Fps is (10 sec: 2048.0, ...). Total num
+# frames: 151552." (its 10-second rates come in steps of 409.6, so the counters say more);
+# Stampede: "[   40.2s] frames 277.8k (8.3k/s) | ...".
+rate() {
+  python3 - "$1" "$2" "$warmup" <<'PY'
+import datetime, re, statistics, sys
+kind, path, warmup = sys.argv[1], sys.argv[2], float(sys.argv[3])
+rows = []  # (seconds, frames, rate reading)
+for line in open(path, errors="replace"):
+    if kind == "sf":
+        m = re.search(r"\[(\d+-\d+-\d+ \d+:\d+:\d+),(\d+)\].*Fps is \(10 sec: ([0-9.]+|nan).*Total num frames: (\d+)", line)
+        if m:
+            t = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
+            rows.append((t, int(m.group(4)), float(m.group(3))))
+    else:
+        m = re.match(r"\[\s*([0-9.]+)s\] frames ([0-9.]+)([kM]?) \(([0-9.]+)([kM]?)/s\)", line)
+        if m:
+            unit = {"k": 1e3, "M": 1e6, "": 1}
+            rows.append((float(m.group(1)), float(m.group(2)) * unit[m.group(3)], float(m.group(4)) * unit[m.group(5)]))
+if not rows:
+    print("nan nan")
+    sys.exit()
+t0 = rows[0][0]
+w = [r for r in rows if r[0] - t0 >= warmup and r[2] == r[2]]
+if len(w) < 2:
+    print("nan nan")
+else:
+    print(f"{(w[-1][1] - w[0][1]) / (w[-1][0] - w[0][0]):.0f} {statistics.median(r[2] for r in w):.0f}")
+PY
+}
 
 ratios=()
 for ((p = 1; p <= pairs; p++)); do
@@ -55,20 +85,16 @@ for ((p = 1; p <= pairs; p++)); do
     --encoder_conv_architecture=convnet_impala --encoder_conv_mlp_layers 256 --use_rnn=False --batch_size=256 \
     --rollout=32 --train_dir="$out/sf-train-$p" --experiment=pong > "$sf_log" 2>&1 || true
   sleep 5  # its processes gone
-  # "[2026-12-03 12:01:36,023][06004] Fps is (10 sec: 2048.0, ...": seconds since its first reading.
-  sf=$(grep "Fps is (10 sec:" "$sf_log" | sed -E 's/^.*\[([0-9-]+ [0-9:]+),[0-9]+\].*Fps is \(10 sec: ([0-9.]+|nan).*/\1 \2/' |
-    awk -v w="$warmup" '{cmd = "date -d \"" $1 " " $2 "\" +%s"; cmd | getline t; close(cmd); if (!t0) t0 = t;
-                          if (t - t0 >= w && $3 != "nan") print $3}' | median)
+  read -r sf sf_median < <(rate sf "$sf_log")
   rm -rf "$out/stampede-$p"
   timeout -s INT "$seconds" "$stampede" run configs/atari_pong.textproto --run-dir "$out/stampede-$p" \
     --set stop.total_env_frames=1000000000 "${sets[@]}" > "$st_log" 2>&1 || true
   sleep 5
-  # "[   40.2s] frames 277.8k (8.3k/s) | ...": the rate since the previous line.
-  st=$(grep -E "^\[ *[0-9.]+s\] frames" "$st_log" | sed -E 's/^\[ *([0-9.]+)s\].*\(([0-9.]+)(k?)\/s\).*/\1 \2 \3/' |
-    awk -v w="$warmup" '$1 >= w {print ($3 == "k" ? $2 * 1000 : $2)}' | median)
+  read -r st st_median < <(rate stampede "$st_log")
   ratio=$(awk -v a="$st" -v b="$sf" 'BEGIN {print (b > 0 ? a / b : "nan")}')
   ratios+=("$ratio")
-  printf "  pair %d: Sample Factory %7.0f frames/s   Stampede %7.0f frames/s   ratio %.2fx\n" "$p" "$sf" "$st" "$ratio"
+  printf "  pair %d: Sample Factory %6.0f frames/s (median reading %s)   Stampede %6.0f frames/s (median reading %s)   ratio %.2fx\n" \
+    "$p" "$sf" "$sf_median" "$st" "$st_median" "$ratio"
 done
 printf "bench_sample_factory: median ratio %.2fx over %d pairs (logs in %s)\n" \
-  "$(printf '%s\n' "${ratios[@]}" | median)" "$pairs" "$out"
+  "$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')" "$pairs" "$out"
