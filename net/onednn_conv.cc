@@ -23,13 +23,15 @@ const char* ConvBackendName(ConvBackend backend) { return backend == ConvBackend
 
 #ifdef STAMPEDE_HAVE_ONEDNN
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
+
+// GNU OpenMP's, which Debian's oneDNN runs on (declared here: clang, which the
+// thread-safety check and the fuzz builds use, does not see GCC's omp.h).
+extern "C" void omp_set_num_threads(int);
 
 namespace stampede::net {
 
