@@ -131,7 +131,6 @@ int ActorCore::obs_size() const { return impl_->D; }
 int ActorCore::num_actions() const { return impl_->A; }
 int ActorCore::frames_per_step() const { return impl_->frames_per_step; }
 void ActorCore::SetRemote(RemotePolicy* remote) { impl_->remote = remote; }
-int ActorCore::task() const { return impl_->task; }
 
 void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
                               wire::TrajectoryBatch* out) {

@@ -57,7 +57,6 @@ class ActorCore {
   void CollectUnroll(std::span<const float> params, int64_t version, wire::TrajectoryBatch* out);
   // Central inference: forward passes go to `remote` (not owned; nullptr: local again).
   void SetRemote(RemotePolicy* remote);
-  int task() const;
   int64_t frames() const { return frames_; }  // env frames (valid steps x frames per step)
 
  private:

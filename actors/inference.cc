@@ -267,7 +267,10 @@ struct InferenceServer::Impl {
       for (int e : req.value_envs()) {
         if (e < 0 || e >= E) return "value env " + std::to_string(e) + " out of range [0, " + std::to_string(E) + ")";
       }
-      if (req.task_id() < 0 || (V > 1 && req.task_id() >= V)) return "task id " + std::to_string(req.task_id()) + " out of range";
+      // With several value outputs (PopArt) the task picks one and its statistics.
+      if (req.task_id() < 0 || ((V > 1 || popart_stats >= 0) && req.task_id() >= V)) {
+        return "task id " + std::to_string(req.task_id()) + " out of range";
+      }
     } else {
       if (n != E) {
         return "a step of " + std::to_string(n) + " envs, but actors.envs_per_actor is " + std::to_string(E);
