@@ -122,7 +122,7 @@ TEST_CASE("inference: an actor acting through the central server records what a 
   CHECK(f.server->batches() >= 4 * T);
 }
 
-TEST_CASE("inference: a bad request gets an error naming the problem; the server serves on", "[actors][inference]") {
+TEST_CASE("inference: a bad request gets an error naming the problem, and the server serves on", "[actors][inference]") {
   const int E = 2, T = 3;
   CentralFixture f(E, T);
   std::string error;
