@@ -5,12 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <optional>
 #include <random>
 
 #include "actors/env_source.h"
 #include "actors/inference.h"
+#include "actors/params_client.h"
 #include "envs/rng.h"
 #include "envs/vector_env.h"
 #include "net/distribution.h"
@@ -262,14 +262,27 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
       m.net->Step(params.data(), m.final_obs.data(), k, nullptr, m.final_state.data(), nullptr,
                   nullptr, m.final_values.data());
       for (int j = 0; j < k; ++j) {
-        // PopArt: the task's output, unnormalised with the statistics these parameters carry.
-        double v = m.final_values[size_t(j) * m.V + (m.V == 1 ? 0 : m.task)];
-        if (m.popart_stats >= 0) v = v * params[size_t(m.popart_stats + m.V + m.task)] + params[size_t(m.popart_stats + m.task)];
-        out->truncation_values[row + m.truncated_envs[j]] = float(v);
+        out->truncation_values[row + m.truncated_envs[j]] =
+            float(net::TaskValue(&m.final_values[size_t(j) * m.V], m.V, m.task, params.data(), m.popart_stats));
       }
     }
   }
   frames_ += valid_steps * m.frames_per_step;
+}
+
+ps::ClientOptions ActingClientOptions(const config::Config& cfg, const net::ParamLayout& layout,
+                                      const wire::Sender& sender, std::shared_ptr<const wire::Curve> curve) {
+  ps::ClientOptions co;
+  co.endpoints.assign(cfg.cluster().ps().begin(), cfg.cluster().ps().end());
+  co.total_size = layout.total_size();
+  co.layout_fingerprint = layout.Fingerprint();
+  co.placement = std::make_shared<ps::Placement>(ps::PlacementFromConfig(cfg, layout));
+  co.max_message_bytes = cfg.cluster().max_message_bytes();
+  co.sender = sender;
+  co.curve = std::move(curve);
+  co.mixed_versions = ShardsOwnOptimizer(cfg);
+  co.bfloat16 = cfg.ps().wire_bfloat16();
+  return co;
 }
 
 int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop) {
@@ -301,30 +314,16 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     channel.Send(activity);
   };
 
-  ps::ClientOptions co;
-  co.endpoints.assign(cfg.cluster().ps().begin(), cfg.cluster().ps().end());
-  co.total_size = core->param_count();
-  co.layout_fingerprint = core->layout_fingerprint();
-  co.placement = std::make_shared<ps::Placement>(ps::PlacementFromConfig(cfg, core->layout()));
-  co.max_message_bytes = cfg.cluster().max_message_bytes();
-  co.sender = sender;
-  co.curve = curve;
-  co.mixed_versions = ShardsOwnOptimizer(cfg);
-  co.bfloat16 = cfg.ps().wire_bfloat16();
+  const ps::ClientOptions co = ActingClientOptions(cfg, core->layout(), sender, curve);
   std::vector<float> params;
   int64_t version = -1;
   // Central inference: the learner's inference server acts; this actor fetches nothing.
   const bool central = cfg.actors().inference() == "central";
-  struct Reporter : InferenceClient::Waiting {
-    std::function<void(const char*)> report;
-    void Report(const char* activity) override { report(activity); }
-  } reporter;
-  reporter.report = report;
   std::unique_ptr<InferenceClient> inference;
   std::unique_ptr<ps::ParamsFetcher> fetcher;
   if (central) {
     try {
-      inference = std::make_unique<InferenceClient>(ctx, cfg, task_index, sender, curve.get(), *core, &stop, &reporter);
+      inference = std::make_unique<InferenceClient>(ctx, cfg, task_index, sender, curve.get(), *core, &stop, report);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "actor %d: %s\n", task_index, e.what());
       return 2;

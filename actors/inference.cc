@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "net/from_config.h"
+#include "actors/params_client.h"
 #include "ps/client.h"
-#include "ps/placement.h"
 #include "wire/auth.h"
 #include "wire/config.h"
 #include "wire/messages.pb.h"
@@ -38,7 +38,7 @@ struct InferenceClient::Impl {
   size_t obs_bytes = 0;
   double timeout_s = 60;
   const std::atomic<bool>* stop = nullptr;
-  Waiting* waiting = nullptr;
+  std::function<void(const char*)> waiting;
   uint64_t sequence = 0;
   int64_t version = -1;
   int64_t steps = 0, batch_env_sum = 0;
@@ -75,8 +75,8 @@ struct InferenceClient::Impl {
         return;
       }
       Check(start);
-      if (waiting != nullptr && Clock::now() - last_report > std::chrono::seconds(1)) {
-        waiting->Report("waiting for the inference server");
+      if (waiting && Clock::now() - last_report > std::chrono::seconds(1)) {
+        waiting("waiting for the inference server");
         last_report = Clock::now();
       }
     }
@@ -99,7 +99,7 @@ struct InferenceClient::Impl {
 
 InferenceClient::InferenceClient(zmq::context_t& ctx, const config::Config& cfg, int actor_index,
                                  const wire::Sender& sender, const wire::Curve* curve, const ActorCore& core,
-                                 const std::atomic<bool>* stop, Waiting* waiting)
+                                 const std::atomic<bool>* stop, std::function<void(const char*)> waiting)
     : impl_(std::make_unique<Impl>(ctx)) {
   Impl& m = *impl_;
   const int learner = LearnerOfActor(cfg, actor_index);
@@ -115,7 +115,7 @@ InferenceClient::InferenceClient(zmq::context_t& ctx, const config::Config& cfg,
   m.obs_bytes = core.shape().obs_bytes();
   m.timeout_s = cfg.actors().first_params_timeout_s();
   m.stop = stop;
-  m.waiting = waiting;
+  m.waiting = std::move(waiting);
   m.flags.resize(size_t(m.E));
   wire::ConfigureSender(m.socket, 4, 100);
   wire::ConfigureReceiver(m.socket, cfg.cluster().max_message_bytes());
@@ -298,11 +298,7 @@ struct InferenceServer::Impl {
     net->Step(params.data(), batch_obs.data(), k, nullptr, batch_state.data(), nullptr, nullptr, values.data());
     std::vector<float> out(static_cast<size_t>(k));
     const int task = req.task_id();
-    for (int j = 0; j < k; ++j) {
-      double v = values[size_t(j) * V + (V == 1 ? 0 : task)];
-      if (popart_stats >= 0) v = v * params[size_t(popart_stats + V + task)] + params[size_t(popart_stats + task)];
-      out[size_t(j)] = float(v);
-    }
+    for (int j = 0; j < k; ++j) out[size_t(j)] = float(net::TaskValue(&values[size_t(j) * V], V, task, params.data(), popart_stats));
     wire::InferReply r;
     r.set_sequence(req.sequence());
     r.set_policy_version(version);
@@ -458,17 +454,9 @@ bool InferenceServer::Start(std::string* error) {
     *error = "inference server cannot bind " + endpoint + ": " + e.what();
     return false;
   }
-  ps::ClientOptions co;
-  co.endpoints.assign(cfg.cluster().ps().begin(), cfg.cluster().ps().end());
-  co.total_size = m.net->layout().total_size();
-  co.layout_fingerprint = m.net->layout().Fingerprint();
-  co.placement = std::make_shared<ps::Placement>(ps::PlacementFromConfig(cfg, m.net->layout()));
-  co.max_message_bytes = cfg.cluster().max_message_bytes();
-  co.sender = wire::MakeSender(wire::ROLE_LEARNER, m.learner, wire::NewIncarnation());
-  co.curve = m.curve;
-  co.mixed_versions = ShardsOwnOptimizer(cfg);
-  co.bfloat16 = cfg.ps().wire_bfloat16();
-  m.fetcher = std::make_unique<ps::ParamsFetcher>(m.ctx, co);
+  m.fetcher = std::make_unique<ps::ParamsFetcher>(
+      m.ctx, ActingClientOptions(cfg, m.net->layout(), wire::MakeSender(wire::ROLE_LEARNER, m.learner, wire::NewIncarnation()),
+                                 m.curve));
   m.thread = std::thread([&m] { m.Serve(); });
   return true;
 }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,12 +30,10 @@ namespace stampede::actors {
 // std::runtime_error on an error reply, on `stop`, or after `timeout_s` without one.
 class InferenceClient : public RemotePolicy {
  public:
-  struct Waiting {
-    virtual ~Waiting() = default;
-    virtual void Report(const char* activity) = 0;
-  };
+  // `waiting` (may be empty) is called with what the actor is doing while it waits.
   InferenceClient(zmq::context_t& ctx, const config::Config& cfg, int actor_index, const wire::Sender& sender,
-                  const wire::Curve* curve, const ActorCore& core, const std::atomic<bool>* stop, Waiting* waiting);
+                  const wire::Curve* curve, const ActorCore& core, const std::atomic<bool>* stop,
+                  std::function<void(const char*)> waiting);
   ~InferenceClient() override;
   int64_t Step(const std::byte* obs, int E, const uint8_t* episode_start, float* state_before,
                float* logits) override;

@@ -54,6 +54,15 @@ void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params);
 
 constexpr double kUint8InputScale = 1.0 / 255.0;
 
+// Task `task`'s value in one row of values [num_values] (output 0 when there is one),
+// unnormalised with the PopArt statistics the parameters carry where `popart_stats` (the
+// offset of "popart/stats" [2, num_values]) is not -1.
+inline double TaskValue(const float* row, int num_values, int task, const float* params, int64_t popart_stats) {
+  double v = row[num_values == 1 ? 0 : task];
+  if (popart_stats >= 0) v = v * params[popart_stats + num_values + task] + params[popart_stats + task];
+  return v;
+}
+
 template <class S>
 class Model {
  public:

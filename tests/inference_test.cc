@@ -87,11 +87,8 @@ TEST_CASE("inference: an actor acting through the central server records what a 
   for (auto& p : params) p *= 3;  // a state-dependent policy and non-zero values
   f.Publish(*local, params, 4);
 
-  struct NoReport : actors::InferenceClient::Waiting {
-    void Report(const char*) override {}
-  } quiet;
   actors::InferenceClient client(f.ctx, f.cfg, 0, wire::MakeSender(wire::ROLE_ACTOR, 0, 99), nullptr, *central,
-                                 &f.stop, &quiet);
+                                 &f.stop, nullptr);
   central->SetRemote(&client);
   wire::TrajectoryBatch a, b;
   int truncations = 0;

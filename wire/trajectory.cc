@@ -66,15 +66,22 @@ std::vector<ArrayView> Arrays(Unrolls& u) {
   return v;
 }
 
-void TrajectoryBatch::Resize(int T, int n, const StepShape& s) {
-  Unrolls::Resize(T, n, s);
-  meta.clear_arrays();
-  for (const ArrayView& a : Arrays(*this)) {
-    ArrayHeader* h = meta.add_arrays();
+namespace {
+// Appends the header's description of each array (name, dtype, shape).
+void Describe(const std::vector<ArrayView>& arrays, Trajectory* header) {
+  for (const ArrayView& a : arrays) {
+    ArrayHeader* h = header->add_arrays();
     h->set_name(a.name);
     h->set_dtype(ArrayType(int(a.dtype)));
     for (int64_t d : a.shape) h->add_shape(d);
   }
+}
+}  // namespace
+
+void TrajectoryBatch::Resize(int T, int n, const StepShape& s) {
+  Unrolls::Resize(T, n, s);
+  meta.clear_arrays();
+  Describe(Arrays(*this), &meta);
 }
 
 int64_t TrajectoryBytes(int T, int n, const StepShape& s) {
@@ -128,12 +135,7 @@ bool SendTrajectory(zmq::socket_t& socket, const TrajectoryBatch& b) {
     std::vector<ArrayView> stacked = StackedViews(u, b.stacked);
     Trajectory header = b.meta;
     header.clear_arrays();
-    for (const ArrayView& a : stacked) {
-      ArrayHeader* h = header.add_arrays();
-      h->set_name(a.name);
-      h->set_dtype(ArrayType(int(a.dtype)));
-      for (int64_t d : a.shape) h->add_shape(d);
-    }
+    Describe(stacked, &header);
     for (int i = 1; i < b.meta.arrays_size(); ++i) *header.add_arrays() = b.meta.arrays(i);
     std::vector<Frame> frames;
     for (const ArrayView& a : stacked) frames.push_back({a.data, a.bytes});
