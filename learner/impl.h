@@ -22,7 +22,7 @@
 #include "learner/checkpoint.h"
 #include "learner/loss.h"
 #include "learner/popart.h"
-#include "learner/rmsprop.h"
+#include "learner/optimizer.h"
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "ps/checkpoints.h"
@@ -80,7 +80,7 @@ struct Learner::Impl {
   std::vector<uint64_t> ckpt_incarnations;
   bool ckpt_abandoned = false;  // the last round was abandoned: start the next at once
   std::vector<float> params, grad;
-  std::unique_ptr<RmsProp> rms;
+  std::unique_ptr<Optimizer> rms;
   std::unique_ptr<net::cuda::Trainer> gpu;  // learner.device "cuda:N": the step runs there
   net::ParamLayout layout;
   wire::StepShape shape;
@@ -134,6 +134,7 @@ struct Learner::Impl {
   std::map<int, ActorArrivals> actor_arrivals GUARDED_BY(mu);
   LossStats last_loss GUARDED_BY(mu);
   double last_grad_norm GUARDED_BY(mu) = 0;
+  double last_update_ratio GUARDED_BY(mu) = 0;
   double last_lr GUARDED_BY(mu) = 0;
   double train_seconds GUARDED_BY(mu) = 0;
   double receive_wait_s GUARDED_BY(mu) = 0;
@@ -185,6 +186,10 @@ struct Learner::Impl {
 
   // Sync/async: the run's frames (the others' from the PS, ours counted here).
   int64_t GlobalFrames() const { return self->frames_.load() + self->other_frames_.load(); }
+  // learner.optimizer's schedule at the global frame count (one learner or several).
+  double LearningRate() const {
+    return net::ScheduledLearningRate(cfg.learner().optimizer(), cfg.stop().total_env_frames(), double(GlobalFrames()));
+  }
   // Sync/async: reads the newest parameters the shards have (non-blocking) and the
   // counters that come with them.
   bool PollParams(bool fresh = false);
@@ -200,7 +205,8 @@ struct Learner::Impl {
   void CountSkippedStep();
   // A step's policy lag (against `trained_on`, the version its parameters were), loss
   // and timing, for the status.
-  void RecordStep(const Batch& batch, int64_t trained_on, const LossStats& st, double norm, double lr, double seconds);
+  void RecordStep(const Batch& batch, int64_t trained_on, const LossStats& st, double norm, double update_ratio,
+                  double lr, double seconds);
   void Accept(std::shared_ptr<wire::TrajectoryBatch> b);
   // A trajectory's task id names a task of the run and its actions are that task's.
   wire::DropReason CheckTask(const wire::TrajectoryBatch& b, std::string* detail) const;

@@ -54,9 +54,7 @@ net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg) {
   o.reward_scale = lo.reward_scale;
   o.normalize_advantages = lo.normalize_advantages;
   o.max_grad_norm = lc.max_grad_norm();
-  o.rms_decay = float(lc.optimizer().decay());
-  o.rms_momentum = float(lc.optimizer().momentum());
-  o.rms_epsilon = float(lc.optimizer().epsilon());
+  o.optimizer = net::OptimizerHyperFromConfig(lc.optimizer());
   o.allow_tf32 = true;
   return o;
 }
@@ -92,9 +90,7 @@ bool Learner::Start(std::string* error) {
   if (m.cfg.learner().popart()) m.popart = PopArtSlotsOf(m.layout);
   m.params.assign(m.layout.total_size(), 0.f);
   m.grad.assign(m.layout.total_size(), 0.f);
-  const auto& oc = m.cfg.learner().optimizer();
-  m.rms = std::make_unique<RmsProp>(m.layout.total_size(),
-                                    RmsPropOptions{oc.decay(), oc.momentum(), oc.epsilon()});
+  m.rms = std::make_unique<Optimizer>(m.layout.total_size(), net::OptimizerHyperFromConfig(m.cfg.learner().optimizer()));
   if (!m.cfg.run_dir().empty()) m.checkpoint_path = m.cfg.run_dir() + "/checkpoint.bin";
   std::error_code exists_ec;
   if (m.restarted && !m.ps_mode && !m.checkpoint_path.empty() && std::filesystem::exists(m.checkpoint_path, exists_ec)) {
@@ -417,6 +413,10 @@ void Learner::FillStatus(wire::Status* s) {
   s->set_baseline_loss(m.last_loss.baseline_loss);
   s->set_entropy(m.last_loss.entropy);
   s->set_grad_norm(m.last_grad_norm);
+  s->set_explained_variance(m.last_loss.explained_variance);
+  s->set_approx_kl(m.last_loss.approx_kl);
+  s->set_rho_clip_fraction(m.last_loss.rho_clip_fraction);
+  s->set_update_to_param_ratio(m.last_update_ratio);
   s->set_learning_rate(m.last_lr);
   s->set_train_seconds(m.train_seconds);
   s->set_receive_wait_s(m.receive_wait_s);

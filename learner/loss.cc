@@ -108,7 +108,32 @@ Targets<S> TargetsFrom(net::Model<S>& net, const Forwarded<S>& f, const Batch& b
     for (int i = 0; i < TB; ++i) tg.pg_advantages[i] /= f.scale[i % B];
   }
   tg.values.assign(f.values.begin(), f.values.begin() + TB);
+  tg.log_rhos = std::move(log_rhos);
   return tg;
+}
+
+// The learning diagnostics of LossStats over the steps in the loss.
+template <class S>
+void Diagnose(const Targets<S>& tg, const std::vector<uint8_t>& kept, const LossOptions& opt, LossStats* st) {
+  double n = 0, vs_sum = 0, vs_sq = 0, err_sum = 0, err_sq = 0, kl = 0, clipped = 0;
+  const double rho_bar = opt.vtrace.clip_rho_threshold;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (!kept[i]) continue;
+    const double vs = double(tg.vs[i]), err = vs - double(tg.values[i]);
+    const double log_rho = double(tg.log_rhos[i]), rho = std::exp(log_rho);
+    n += 1;
+    vs_sum += vs, vs_sq += vs * vs;
+    err_sum += err, err_sq += err * err;
+    kl += (rho - 1) - log_rho;
+    if (rho_bar > 0 && rho > rho_bar) clipped += 1;
+  }
+  if (n == 0) return;
+  const double var_vs = vs_sq / n - (vs_sum / n) * (vs_sum / n);
+  const double var_err = err_sq / n - (err_sum / n) * (err_sum / n);
+  // Targets without spread (a batch of one constant return) explain nothing either way.
+  st->explained_variance = var_vs > 1e-12 ? 1.0 - var_err / var_vs : 0.0;
+  st->approx_kl = kl / n;
+  st->rho_clip_fraction = clipped / n;
 }
 
 // Loss and gradient from the network outputs of the last Forward (f).
@@ -176,6 +201,7 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
   }
   st.baseline_loss *= opt.baseline_cost;
   st.entropy = counted ? entropy_sum / double(counted) : 0;
+  Diagnose(tg, kept, opt, &st);
   st.total = st.pg_loss + st.baseline_loss - opt.entropy_cost * entropy_bonus_sum;
   if (grad != nullptr) net.Backward(params, dpolicy.data(), dvalues.data(), grad);
   return st;

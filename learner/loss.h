@@ -43,6 +43,7 @@ struct Targets {
   std::vector<S> discounts;      // [T, B]
   std::vector<S> rewards;        // [T, B], with truncation bootstraps folded in
   std::vector<S> values;         // [T, B]: the (unnormalised) values they came from
+  std::vector<S> log_rhos;       // [T, B]: log pi(a|x) - log mu(a|x) of the taken actions
 };
 
 struct LossStats {
@@ -51,6 +52,16 @@ struct LossStats {
   double baseline_loss = 0;
   double entropy = 0;  // mean policy entropy per step
   int64_t trust_region_dropped = 0;  // replayed steps the trust region left out
+  // Why a run does or does not learn (the figures CleanRL and Stable-Baselines3 print),
+  // over the steps in the loss:
+  //   explained_variance  1 - Var(vs - V) / Var(vs): how much of the V-trace targets the
+  //                       baseline explains (1: all, 0: no better than their mean);
+  //   approx_kl           KL(behaviour || current) on the taken actions, by the
+  //                       non-negative estimator E[(rho - 1) - log rho] (Schulman's k3);
+  //   rho_clip_fraction   the share of steps whose rho = pi/mu exceeds rho-bar.
+  double explained_variance = 0;
+  double approx_kl = 0;
+  double rho_clip_fraction = 0;
 };
 
 // KL(behaviour || current) of one step's policy outputs (categorical or multi-discrete:

@@ -6,8 +6,6 @@ void Learner::Impl::TrainLoop() {
   const auto& lc = cfg.learner();
   const int B = lc.batch_size(), T = cfg.actors().unroll_length();
   const LossOptions lo = LossOptionsFrom(cfg);
-  const double lr0 = lc.optimizer().learning_rate();
-  const double total_frames = double(cfg.stop().total_env_frames());
   Batch batch, next_batch;
   Targets<float> targets;  // PopArt: the step's value targets
   batch.Resize(T, B, shape);
@@ -17,18 +15,16 @@ void Learner::Impl::TrainLoop() {
   std::vector<Pick> picks, trained_picks, next_picks;
   auto last_checkpoint = Clock::now();
   bool unpublished = false;  // the newest version has not reached every shard yet
+  std::vector<float> before;  // CUDA: the parameters before the step (the update ratio)
   while (!stop.load()) {
     if (!next_staged && !Take(B, &items, &picks, std::chrono::milliseconds(unpublished ? 5 : 100))) {
       if (unpublished) unpublished = !publisher->Put(params, self->version_.load());
       continue;
     }
     const auto start = Clock::now();
-    double lr = lr0;
-    if (lc.optimizer().linear_decay()) {
-      lr = lr0 * std::max(0.0, 1.0 - double(self->frames_.load()) / total_frames);
-    }
+    const double lr = LearningRate();
     LossStats st;
-    double norm = 0;
+    double norm = 0, update_ratio = 0;
     if (gpu) {
       // The batch goes up from pinned memory; only statistics and parameters come back.
       if (next_staged) {
@@ -46,7 +42,7 @@ void Learner::Impl::TrainLoop() {
       }
       next_staged = false;
       wire::TraceSpan gpu_span("gpu_step", "learner");
-      gpu->Launch(lr);
+      gpu->Launch(lr, self->version_.load() + 1);
       // While the device computes: if the next batch is already here, assemble and stage it.
       if (Take(B, &items, &next_picks, std::chrono::milliseconds(0))) {
         Assemble(items, &next_batch);
@@ -57,7 +53,9 @@ void Learner::Impl::TrainLoop() {
         next_staged = true;
       }
       const net::cuda::StepStats gs = gpu->Wait();
+      before = params;
       gpu->GetParams(params);
+      update_ratio = UpdateToParamRatio(before, params);
       st.total = gs.total, st.pg_loss = gs.pg_loss, st.baseline_loss = gs.baseline_loss;
       st.entropy = gs.entropy;
       norm = gs.grad_norm;
@@ -75,7 +73,7 @@ void Learner::Impl::TrainLoop() {
       wire::TraceSpan span("apply", "learner");
       norm = ClipGlobalNorm(grad, lc.max_grad_norm());
       if (std::isfinite(st.total) && std::isfinite(norm)) {
-        rms->Step(params, grad, lr);
+        update_ratio = rms->Step(params, grad, lr, self->version_.load() + 1);
         if (popart) UpdatePopArt(batch, targets);
       }
     }
@@ -94,7 +92,7 @@ void Learner::Impl::TrainLoop() {
       unpublished = !publisher->Put(params, version);
     }
     // The step trained on the parameters of the version before it.
-    RecordStep(batch, version - 1, st, norm, lr, std::chrono::duration<double>(Clock::now() - start).count());
+    RecordStep(batch, version - 1, st, norm, update_ratio, lr, std::chrono::duration<double>(Clock::now() - start).count());
     if (!checkpoint_path.empty() && lc.checkpoint_interval_s() > 0 &&
         Clock::now() - last_checkpoint > std::chrono::duration<double>(lc.checkpoint_interval_s())) {
       std::string error;
@@ -213,8 +211,6 @@ void Learner::Impl::TrainLoopSharded() {
   const auto& lc = cfg.learner();
   const int B = lc.batch_size(), T = cfg.actors().unroll_length();
   const LossOptions lo = LossOptionsFrom(cfg);
-  const double lr0 = lc.optimizer().learning_rate();
-  const double total_frames = double(cfg.stop().total_env_frames());
   const bool sync = lc.update_mode() == "sync";
   const bool chief = index == 0 && !checkpoint_path.empty();
   Batch batch;
@@ -224,6 +220,7 @@ void Learner::Impl::TrainLoopSharded() {
   std::vector<Pick> picks;
   std::vector<int64_t> pushed;  // each shard's version our newest gradient was computed on
   int64_t sync_wait_start = -1;  // trace: when the wait for the others' gradients began
+  std::vector<float> previous;   // the parameters this learner's previous step trained on
   auto last_checkpoint = Clock::now();
   while (!stop.load()) {
     PollParams();
@@ -262,8 +259,11 @@ void Learner::Impl::TrainLoopSharded() {
     if (!Take(B, &items, &picks, std::chrono::milliseconds(5))) continue;
     const auto start = Clock::now();
     PollParams(true);  // the newest parameters the shards hold now
-    double lr = lr0;
-    if (lc.optimizer().linear_decay()) lr = lr0 * std::max(0.0, 1.0 - double(GlobalFrames()) / total_frames);
+    // The shards applied the steps: the ratio is of everything they applied (every
+    // learner's) since this learner's previous step.
+    const double update_ratio = previous.empty() ? 0.0 : UpdateToParamRatio(previous, params);
+    previous = params;
+    const double lr = LearningRate();
     {
       wire::TraceSpan span("assemble", "learner");
       Assemble(items, &batch);
@@ -286,7 +286,8 @@ void Learner::Impl::TrainLoopSharded() {
       if (!publisher->PushGradient(grad, pushed, lr, &stop)) break;
     }
     ++self->steps_;
-    RecordStep(batch, self->version_.load(), st, norm, lr, std::chrono::duration<double>(Clock::now() - start).count());
+    RecordStep(batch, self->version_.load(), st, norm, update_ratio, lr,
+               std::chrono::duration<double>(Clock::now() - start).count());
   }
 }
 
@@ -299,8 +300,8 @@ void Learner::Impl::CountSkippedStep() {
   }
 }
 
-void Learner::Impl::RecordStep(const Batch& batch, int64_t trained_on, const LossStats& st, double norm, double lr,
-                               double seconds) {
+void Learner::Impl::RecordStep(const Batch& batch, int64_t trained_on, const LossStats& st, double norm,
+                               double update_ratio, double lr, double seconds) {
   base::MutexLock lock(mu);
   for (int b = 0; b < batch.n(); ++b) {
     const int64_t lag = std::max<int64_t>(0, trained_on - batch.policy_versions[size_t(b)]);
@@ -322,6 +323,7 @@ void Learner::Impl::RecordStep(const Batch& batch, int64_t trained_on, const Los
   }
   last_loss = st;
   last_grad_norm = norm;
+  last_update_ratio = update_ratio;
   last_lr = lr;
   train_seconds += seconds;
 }

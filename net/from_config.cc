@@ -1,5 +1,8 @@
 #include "net/from_config.h"
 
+#include <algorithm>
+#include <cmath>
+#include <numbers>
 #include <stdexcept>
 
 #include "net/layers.h"
@@ -62,6 +65,36 @@ std::unique_ptr<Model<float>> MakeModelFromConfig(const config::Config& cfg,
     *error = e.what();
     return nullptr;
   }
+}
+
+OptimizerHyper OptimizerHyperFromConfig(const config::OptimizerConfig& oc) {
+  OptimizerHyper h;
+  if (oc.kind() == "adam") {
+    h.kind = OptimizerKind::kAdam;
+    h.decay = float(oc.beta2());
+    h.momentum = float(oc.beta1());
+    h.epsilon = float(oc.has_epsilon() ? oc.epsilon() : 1e-8);
+    return h;
+  }
+  h.kind = oc.kind() == "rmsprop_torch" ? OptimizerKind::kRmsPropTorch : OptimizerKind::kRmsProp;
+  h.decay = float(oc.decay());
+  h.momentum = float(oc.momentum());
+  h.epsilon = float(oc.epsilon());
+  return h;
+}
+
+double ScheduledLearningRate(const config::OptimizerConfig& oc, int64_t total_env_frames, double frames) {
+  const double lr0 = oc.learning_rate();
+  if (oc.warmup_frames() > 0 && frames < double(oc.warmup_frames())) {
+    return lr0 * frames / double(oc.warmup_frames());
+  }
+  const bool constant = oc.schedule() == "constant" || (oc.has_linear_decay() && !oc.linear_decay());
+  if (constant) return lr0;
+  const double horizon = double(oc.schedule_frames() > 0 ? oc.schedule_frames() : total_env_frames);
+  if (!(horizon > 0)) return lr0;
+  const double done = std::clamp(frames / horizon, 0.0, 1.0);
+  if (oc.schedule() == "cosine") return lr0 * 0.5 * (1.0 + std::cos(std::numbers::pi * done));
+  return lr0 * (1.0 - done);
 }
 
 }  // namespace stampede::net

@@ -4,10 +4,12 @@
 #include <memory>
 #include <string>
 
+#include "net/kernel_math.h"
 #include "net/model.h"
 
 namespace stampede::config {
 class Config;
+class OptimizerConfig;
 }
 namespace stampede::wire {
 struct StepShape;
@@ -22,5 +24,14 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
 std::unique_ptr<Model<float>> MakeModelFromConfig(const config::Config& cfg,
                                                   const wire::StepShape& shape,
                                                   std::string* error);
+
+// learner.optimizer's kind and constants, for every place the optimizer runs (the CPU
+// learner, the CUDA trainer, the PS shards in sync and async mode).
+OptimizerHyper OptimizerHyperFromConfig(const config::OptimizerConfig& oc);
+
+// The learning rate at `frames` env frames (counted globally) of a run whose budget is
+// `total_env_frames`: warm-up, then learner.optimizer.schedule over schedule_frames (the
+// budget where 0).
+double ScheduledLearningRate(const config::OptimizerConfig& oc, int64_t total_env_frames, double frames);
 
 }  // namespace stampede::net

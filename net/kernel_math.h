@@ -1,5 +1,5 @@
 // Per-element math shared by the CPU code and the CUDA kernels (net/cuda/), so the CPU
-// tests exercise the code the GPU runs: RMSProp's update, the LSTM cell forward and
+// tests exercise the code the GPU runs: the optimizers' updates, the LSTM cell forward and
 // backward, and one V-trace column. STAMPEDE_HD is __host__ __device__ under nvcc.
 #pragma once
 
@@ -9,12 +9,67 @@
 
 namespace stampede::net {
 
-// RMSProp as IMPALA used it (TensorFlow's form, epsilon inside the square root).
-STAMPEDE_HD inline void RmsPropElement(float& w, float& ms, float& mom, float g, float lr,
-                                       float decay, float momentum, float epsilon) {
-  ms = decay * ms + (1.f - decay) * g * g;
-  mom = momentum * mom + lr * g / sqrtf(ms + epsilon);
-  w -= mom;
+// The optimizers (learner.optimizer.kind), one element at a time. Each keeps two state
+// buffers the size of the parameters, `s` and `m` (checkpoints save them as they are):
+//   kRmsProp       IMPALA's (TensorFlow's form, epsilon inside the square root):
+//                    s <- decay s + (1 - decay) g^2;  m <- momentum m + lr g / sqrt(s + eps);  w <- w - m
+//   kRmsPropTorch  PyTorch's torch.optim.RMSprop (epsilon outside the root), as TorchBeast,
+//                  Cleanba and the other IMPALAs that learn Pong run it:
+//                    s <- decay s + (1 - decay) g^2;  m <- momentum m + g / (sqrt(s) + eps);  w <- w - lr m
+//   kAdam          Kingma & Ba (2015), bias-corrected (torch.optim.Adam):
+//                    m <- b1 m + (1 - b1) g;  s <- b2 s + (1 - b2) g^2;
+//                    w <- w - lr (m / c1) / (sqrt(s / c2) + eps),  c_i = 1 - b_i^t
+// TF-form epsilon is roughly the square of PyTorch-form epsilon: with eps = 0.01 inside the
+// root the denominator never falls below 0.1, outside it below 0.01.
+enum class OptimizerKind : int { kRmsProp = 0, kRmsPropTorch = 1, kAdam = 2 };
+
+struct OptimizerHyper {
+  OptimizerKind kind = OptimizerKind::kRmsProp;
+  float decay = 0.99f;    // RMSProp's mean-square decay; Adam's beta2
+  float momentum = 0.f;   // RMSProp's momentum; Adam's beta1
+  float epsilon = 0.01f;
+};
+
+// What changes from step to step: the learning rate and Adam's bias corrections.
+struct OptimizerStep {
+  float lr = 0.f;
+  float bias1 = 1.f, bias2 = 1.f;  // 1 - beta^t (Adam); 1 for RMSProp
+};
+
+// The step scalars of optimizer step t (1 for the first step ever applied).
+inline OptimizerStep MakeOptimizerStep(const OptimizerHyper& h, double lr, long long t) {
+  OptimizerStep s;
+  s.lr = float(lr);
+  if (h.kind == OptimizerKind::kAdam) {
+    const double n = double(t < 1 ? 1 : t);
+    s.bias1 = float(1.0 - std::pow(double(h.momentum), n));
+    s.bias2 = float(1.0 - std::pow(double(h.decay), n));
+    if (!(s.bias1 > 0.f)) s.bias1 = 1.f;  // beta1 = 0: no first moment to correct
+    if (!(s.bias2 > 0.f)) s.bias2 = 1.f;
+  }
+  return s;
+}
+
+STAMPEDE_HD inline void OptimizerElement(const OptimizerHyper& h, const OptimizerStep& st, float& w, float& s,
+                                         float& m, float g) {
+  switch (h.kind) {
+    case OptimizerKind::kRmsPropTorch:
+      s = h.decay * s + (1.f - h.decay) * g * g;
+      m = h.momentum * m + g / (sqrtf(s) + h.epsilon);
+      w -= st.lr * m;
+      return;
+    case OptimizerKind::kAdam:
+      m = h.momentum * m + (1.f - h.momentum) * g;
+      s = h.decay * s + (1.f - h.decay) * g * g;
+      w -= st.lr * (m / st.bias1) / (sqrtf(s / st.bias2) + h.epsilon);
+      return;
+    case OptimizerKind::kRmsProp:
+    default:
+      s = h.decay * s + (1.f - h.decay) * g * g;
+      m = h.momentum * m + st.lr * g / sqrtf(s + h.epsilon);
+      w -= m;
+      return;
+  }
 }
 
 template <class S>

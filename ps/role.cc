@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/from_config.h"
 #include "ps/checkpoints.h"
 #include "ps/shard.h"
 #include "wire/auth.h"
@@ -43,9 +44,7 @@ int RunPsRole(const config::Config& cfg, int task_index, int restarts, std::atom
   opt.replicas_to_aggregate =
       cfg.learner().replicas_to_aggregate() > 0 ? cfg.learner().replicas_to_aggregate() : cfg.learner().num_learners();
   opt.max_staleness = cfg.learner().max_gradient_staleness();
-  opt.rms_decay = float(cfg.learner().optimizer().decay());
-  opt.rms_momentum = float(cfg.learner().optimizer().momentum());
-  opt.rms_epsilon = float(cfg.learner().optimizer().epsilon());
+  opt.optimizer = net::OptimizerHyperFromConfig(cfg.learner().optimizer());
   if (opt.mode != UpdateMode::kRelay && !cfg.run_dir().empty()) {
     // The shard owns its slice's optimizer: it numbers versions above anything it served
     // before (the mark), and starts from the newest complete checkpoint if there is one.

@@ -293,9 +293,12 @@ void Shard::HandlePush(const wire::PushGradient& push, const zmq::message_t* dat
 }
 
 void Shard::Apply(const float* grad, double lr, int64_t staleness) {
-  const float decay = opt_.rms_decay, momentum = opt_.rms_momentum, eps = opt_.rms_epsilon, rate = float(lr);
+  // The step count for Adam's bias correction is the version this step makes (versions
+  // only grow, across restarts too, so a restarted shard never corrects as if new).
+  const int64_t next = versions_.back()->version + 1;
+  const net::OptimizerStep step = net::MakeOptimizerStep(opt_.optimizer, lr, next);
   for (int64_t i = 0; i < count_; ++i) {
-    net::RmsPropElement(current_[size_t(i)], ms_[size_t(i)], mom_[size_t(i)], grad[i], rate, decay, momentum, eps);
+    net::OptimizerElement(opt_.optimizer, step, current_[size_t(i)], ms_[size_t(i)], mom_[size_t(i)], grad[i]);
   }
   ++stats_.gradients_applied;
   ++stats_.staleness[size_t(std::min<int64_t>(staleness, kStalenessBuckets - 1))];

@@ -18,6 +18,7 @@
 
 #include <zmq.hpp>
 
+#include "net/kernel_math.h"
 #include "wire/log_limit.h"
 #include "wire/messages.pb.h"
 
@@ -47,7 +48,7 @@ struct ShardOptions {
   int num_learners = 1;
   int replicas_to_aggregate = 1;  // sync: gradients per step
   int max_staleness = 8;          // async
-  float rms_decay = 0.99f, rms_momentum = 0.f, rms_epsilon = 0.01f;
+  net::OptimizerHyper optimizer;  // sync/async: learner.optimizer (net/kernel_math.h)
   // The version high-water mark file (ps/checkpoints.h); empty: none.
   std::string version_mark_path;
   // Where checkpoint parts go (RUN_DIR/checkpoints); empty: checkpoint requests are refused.

@@ -13,7 +13,7 @@
 
 #include "learner/batch.h"
 #include "learner/loss.h"
-#include "learner/rmsprop.h"
+#include "learner/optimizer.h"
 #include "net/cuda/trainer.h"
 #include "net/model.h"
 #include "tests/skip_only.h"
@@ -138,6 +138,12 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     to.reward_clip = lo.reward_clip;
     to.normalize_advantages = normalize;
     to.max_grad_norm = 1.0;  // small: the clip engages
+    // Each network runs one of the optimizers (net/kernel_math.h), in turn.
+    const net::OptimizerKind kinds[] = {net::OptimizerKind::kRmsProp, net::OptimizerKind::kRmsPropTorch,
+                                        net::OptimizerKind::kAdam};
+    to.optimizer.kind = kinds[index % 3];
+    if (to.optimizer.kind == net::OptimizerKind::kAdam) to.optimizer = {net::OptimizerKind::kAdam, 0.999f, 0.9f, 1e-8f};
+    INFO("optimizer kind " << int(to.optimizer.kind));
     std::string error;
     auto gpu = net::cuda::Trainer::Create(c.spec, 0, to, &error);
     INFO(error);
@@ -168,14 +174,14 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     const double gmax = MaxAbs(c_grad);
     for (int64_t i = 0; i < N; ++i) CHECK(g_grad[i] == Approx(c_grad[i]).margin(2e-3 * gmax));
 
-    // One full step: clipping and RMSProp on both, from the same state.
+    // One full step: clipping and the optimizer on both, from the same state.
     const double lr = 0.01;
     const double norm = learner::ClipGlobalNorm(c_grad, to.max_grad_norm);
     CHECK(gs.grad_norm == Approx(norm).epsilon(1e-3));
-    learner::RmsProp rms(N, {to.rms_decay, to.rms_momentum, to.rms_epsilon});
+    learner::Optimizer opt(N, to.optimizer);
     std::vector<float> c_params = params;
-    rms.Step(c_params, c_grad, lr);
-    gpu->Step(lr);
+    opt.Step(c_params, c_grad, lr, 1);
+    gpu->Step(lr, 1);
     std::vector<float> g_params(N), g_ms(N), g_mom(N);
     gpu->GetState(g_params, g_ms, g_mom);
     std::vector<float> c_delta(N);

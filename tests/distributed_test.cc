@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "learner/loss.h"
-#include "learner/rmsprop.h"
+#include "learner/optimizer.h"
 #include "net/model.h"
 #include "ps/checkpoints.h"
 #include "ps/placement.h"
@@ -108,8 +108,8 @@ TEST_CASE("sync: two learners' gradients make one RMSProp step on their mean, el
   // Independently: one step on the mean gradient over the whole vector.
   std::vector<float> mean(static_cast<size_t>(total)), expect = params;
   for (size_t i = 0; i < mean.size(); ++i) mean[i] = (g1[i] + g2[i]) / 2.f;
-  learner::RmsProp rms(total, {});
-  rms.Step(expect, mean, lr);
+  learner::Optimizer rms(total, {});
+  rms.Step(expect, mean, lr, 1);
 
   const ps::Placement plan = ps::PlaceTensors(layout, 3, "greedy", 16);  // some tensors partitioned
   zmq::context_t ctx(1);
@@ -172,8 +172,8 @@ TEST_CASE("async: gradients apply on arrival and one past max_gradient_staleness
   for (int k = 0; k < 3; ++k) CHECK(shard.stats().staleness[k].load() == 1);
   CHECK(shard.stats().staleness[3].load() == 0);
   std::vector<float> expect = params;
-  learner::RmsProp rms(total, {});
-  for (int k = 0; k < 3; ++k) rms.Step(expect, grads[size_t(k)], 0.01);
+  learner::Optimizer rms(total, {});
+  for (int k = 0; k < 3; ++k) rms.Step(expect, grads[size_t(k)], 0.01, k + 1);
   CHECK(shard.current() == expect);
   CHECK(shard.mean_square() == rms.mean_square());
 }

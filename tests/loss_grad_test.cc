@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "learner/loss.h"
-#include "learner/rmsprop.h"
+#include "learner/optimizer.h"
+#include "net/from_config.h"
 #include "net/model.h"
 #include "tests/random_batch.h"
+#include "wire/config.pb.h"
 
 using namespace stampede;
 using stampede::testing::RandomBatch;
@@ -126,16 +128,16 @@ TEST_CASE("loss: the single-pass training step equals targets + loss", "[loss]")
 }
 
 TEST_CASE("optimizer: RMSProp step and global-norm clipping follow their formulas", "[loss]") {
-  learner::RmsProp rms(2, {0.9, 0.5, 0.01});
+  learner::Optimizer rms(2, {net::OptimizerKind::kRmsProp, 0.9f, 0.5f, 0.01f});
   std::vector<float> w = {1.f, -2.f};
   const std::vector<float> g = {0.5f, -1.f};
-  rms.Step(w, g, 0.1);
+  rms.Step(w, g, 0.1, 1);
   // ms = 0.1 g^2; mom = 0.1 g / sqrt(ms + 0.01); w -= mom
   const double ms0 = 0.1 * 0.25, ms1 = 0.1 * 1.0;
   const double m0 = 0.1 * 0.5 / std::sqrt(ms0 + 0.01), m1 = 0.1 * -1.0 / std::sqrt(ms1 + 0.01);
   CHECK(w[0] == Approx(1 - m0));
   CHECK(w[1] == Approx(-2 - m1));
-  rms.Step(w, g, 0.1);  // second step: momentum carries 0.5 of the first
+  rms.Step(w, g, 0.1, 2);  // second step: momentum carries 0.5 of the first
   const double ms0b = 0.9 * ms0 + 0.1 * 0.25;
   CHECK(w[0] == Approx(1 - m0 - (0.5 * m0 + 0.1 * 0.5 / std::sqrt(ms0b + 0.01))));
 
@@ -146,6 +148,70 @@ TEST_CASE("optimizer: RMSProp step and global-norm clipping follow their formula
   std::vector<float> small = {0.3f, 0.4f};
   learner::ClipGlobalNorm(small, 1.0);
   CHECK(small[0] == Approx(0.3f));
+}
+
+TEST_CASE("optimizer: PyTorch-form RMSprop puts epsilon outside the square root", "[loss]") {
+  // torch.optim.RMSprop(alpha=0.9, eps=0.01, momentum=0.5), by hand:
+  //   s = 0.1 g^2; buf = g / (sqrt(s) + eps); w -= lr buf; then buf = 0.5 buf + g / (sqrt(s') + eps).
+  learner::Optimizer opt(1, {net::OptimizerKind::kRmsPropTorch, 0.9f, 0.5f, 0.01f});
+  std::vector<float> w = {1.f};
+  const std::vector<float> g = {0.5f};
+  opt.Step(w, g, 0.1, 1);
+  const double s1 = 0.1 * 0.25, b1 = 0.5 / (std::sqrt(s1) + 0.01);
+  CHECK(w[0] == Approx(1 - 0.1 * b1));
+  opt.Step(w, g, 0.1, 2);
+  const double s2 = 0.9 * s1 + 0.1 * 0.25, b2 = 0.5 * b1 + 0.5 / (std::sqrt(s2) + 0.01);
+  CHECK(w[0] == Approx(1 - 0.1 * b1 - 0.1 * b2));
+  // The same epsilon inside the root (TensorFlow's form) gives a far smaller step when
+  // gradients are small: the denominator's floor is sqrt(eps) = 0.1 instead of eps.
+  learner::Optimizer tf(1, {net::OptimizerKind::kRmsProp, 0.9f, 0.f, 0.01f});
+  learner::Optimizer torch(1, {net::OptimizerKind::kRmsPropTorch, 0.9f, 0.f, 0.01f});
+  std::vector<float> wt = {0.f}, wp = {0.f};
+  const std::vector<float> tiny = {1e-3f};
+  tf.Step(wt, tiny, 1.0, 1);
+  torch.Step(wp, tiny, 1.0, 1);
+  CHECK(std::abs(wp[0]) > 5 * std::abs(wt[0]));
+}
+
+TEST_CASE("optimizer: Adam is bias-corrected, so its first step is lr * sign(g)", "[loss]") {
+  learner::Optimizer adam(3, {net::OptimizerKind::kAdam, 0.999f, 0.9f, 1e-8f});
+  std::vector<float> w = {0.f, 1.f, -1.f};
+  const std::vector<float> g = {2.f, -0.01f, 0.f};
+  adam.Step(w, g, 0.001, 1);
+  // m = 0.1 g, v = 0.001 g^2; m / 0.1 = g, v / 0.001 = g^2: the step is lr g / (|g| + eps).
+  CHECK(w[0] == Approx(-0.001).epsilon(1e-5));
+  CHECK(w[1] == Approx(1.001).epsilon(1e-5));
+  CHECK(w[2] == -1.f);  // no gradient, no moment, no step
+  // Step 2 by Kingma & Ba's algorithm 1, independently.
+  const std::vector<float> g2 = {-1.f, -0.01f, 0.f};
+  adam.Step(w, g2, 0.001, 2);
+  const double m = 0.9 * (0.1 * 2) + 0.1 * -1, v = 0.999 * (0.001 * 4) + 0.001 * 1;
+  const double mhat = m / (1 - 0.81), vhat = v / (1 - 0.999 * 0.999);
+  CHECK(w[0] == Approx(-0.001 - 0.001 * mhat / (std::sqrt(vhat) + 1e-8)).epsilon(1e-5));
+  CHECK(adam.momentum()[0] == Approx(m).epsilon(1e-4));  // float state against double arithmetic
+  CHECK(adam.mean_square()[0] == Approx(v).epsilon(1e-4));
+}
+
+TEST_CASE("optimizer: the learning-rate schedule has its own horizon and an optional warm-up", "[loss]") {
+  config::OptimizerConfig oc;
+  oc.set_learning_rate(1.0);
+  // Default: linear to zero at the run's budget.
+  CHECK(net::ScheduledLearningRate(oc, 1000, 250) == Approx(0.75));
+  CHECK(net::ScheduledLearningRate(oc, 1000, 2000) == 0.0);
+  oc.set_schedule_frames(4000);  // the peers anneal over 200M frames whatever the run's length
+  CHECK(net::ScheduledLearningRate(oc, 1000, 1000) == Approx(0.75));
+  oc.set_schedule("cosine");
+  CHECK(net::ScheduledLearningRate(oc, 1000, 2000) == Approx(0.5));
+  CHECK(net::ScheduledLearningRate(oc, 1000, 4000) == Approx(0.0).margin(1e-12));
+  oc.set_schedule("constant");
+  CHECK(net::ScheduledLearningRate(oc, 1000, 3999) == 1.0);
+  oc.set_warmup_frames(100);
+  CHECK(net::ScheduledLearningRate(oc, 1000, 25) == Approx(0.25));
+  CHECK(net::ScheduledLearningRate(oc, 1000, 100) == 1.0);
+  config::OptimizerConfig old;  // linear_decay: false, the older spelling of "constant"
+  old.set_learning_rate(2.0);
+  old.set_linear_decay(false);
+  CHECK(net::ScheduledLearningRate(old, 1000, 900) == 2.0);
 }
 
 TEST_CASE("loss: episode ends zero the discount, and truncation bootstraps only when configured", "[loss]") {

@@ -13,7 +13,7 @@
 #include "envs/rng.h"
 #include "learner/batch.h"
 #include "learner/loss.h"
-#include "learner/rmsprop.h"
+#include "learner/optimizer.h"
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "net/layers.h"
@@ -226,7 +226,7 @@ int RunBench(const BenchOptions& opt) {
       learner::CopyUnroll(unrolls, b % unrolls.n(), b, &batch);
     }
     learner::LossOptions lo;
-    learner::RmsProp rms(int64_t(params.size()), {});
+    learner::Optimizer rms(int64_t(params.size()), {});
     int64_t steps = 0;
     const auto start = Clock::now();
     double elapsed = 0;
@@ -234,7 +234,7 @@ int RunBench(const BenchOptions& opt) {
       std::fill(grad.begin(), grad.end(), 0.f);
       learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
       learner::ClipGlobalNorm(grad, 40.0);
-      rms.Step(params, grad, 1e-4);
+      rms.Step(params, grad, 1e-4, steps + 1);
       ++steps;
     }
     const double sps = steps / elapsed;
@@ -447,7 +447,7 @@ int RunNetworkBench(const BenchOptions& opt) {
       for (auto& v : batch.observations_u8) v = uint8_t(rng());
       for (auto& a : batch.actions) a = int32_t(rng() % 6);
       learner::LossOptions lo;
-      learner::RmsProp rms(int64_t(params.size()), {});
+      learner::Optimizer rms(int64_t(params.size()), {});
       int steps = 0;
       const auto start = Clock::now();
       double elapsed = 0;
@@ -455,7 +455,7 @@ int RunNetworkBench(const BenchOptions& opt) {
         std::fill(grad.begin(), grad.end(), 0.f);
         learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
         learner::ClipGlobalNorm(grad, 40.0);
-        rms.Step(params, grad, 1e-4);
+        rms.Step(params, grad, 1e-4, steps + 1);
         ++steps;
       } while ((elapsed = Since(start)) < opt.seconds);
       const double sps = steps / elapsed;
@@ -506,14 +506,14 @@ int RunGpuBench(const BenchOptions& opt) {
   const auto view = learner::BatchViewOf(batch);
   gpu->Stage(view);
   for (int i = 0; i < 3; ++i) {  // warm-up: cuDNN picks algorithms, buffers grow
-    gpu->Step(1e-4);
+    gpu->Step(1e-4, i + 1);
     gpu->Stage(view);
   }
   int steps = 0;
   const auto start = Clock::now();
   double elapsed = 0;
   do {
-    gpu->Launch(1e-4);
+    gpu->Launch(1e-4, steps + 4);
     gpu->Stage(view);  // the next batch goes up while this step computes
     gpu->Wait();
     gpu->GetParams(params);  // the learner publishes every step

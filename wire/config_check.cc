@@ -54,6 +54,10 @@ constexpr Range kRanges[] = {
     {"learner.optimizer.decay", 0, 1, false, false},
     {"learner.optimizer.momentum", 0, 1, false, false},
     {"learner.optimizer.epsilon", 0, 1e6, true, false},
+    {"learner.optimizer.beta1", 0, 1, false, false},
+    {"learner.optimizer.beta2", 0, 1, false, false},
+    {"learner.optimizer.schedule_frames", 0, 1e15, false, true},
+    {"learner.optimizer.warmup_frames", 0, 1e15, false, true},
     {"learner.status_interval_s", 0, 60, true, false},
     {"learner.checkpoint_interval_s", 0, 1e9, false, false},
     {"ps.num_shards", 1, 64, false, true},
@@ -188,6 +192,27 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
   if (torso != "mlp" && torso != "shallow_cnn" && torso != "deep_resnet" && torso != "small_cnn") {
     *error = loaded.Where("net.torso") + ": net.torso: \"" + torso +
              "\" is not known, expected \"mlp\", \"shallow_cnn\", \"deep_resnet\" or \"small_cnn\"";
+    return false;
+  }
+  const auto& oc = c.learner().optimizer();
+  if (oc.kind() != "rmsprop" && oc.kind() != "rmsprop_torch" && oc.kind() != "adam") {
+    *error = loaded.Where("learner.optimizer.kind") + ": learner.optimizer.kind: \"" + oc.kind() +
+             "\" is not known, expected \"rmsprop\", \"rmsprop_torch\" or \"adam\"";
+    return false;
+  }
+  if (oc.kind() == "adam" && (oc.beta1() >= 1 || oc.beta2() >= 1)) {
+    *error = loaded.Where(oc.beta1() >= 1 ? "learner.optimizer.beta1" : "learner.optimizer.beta2") +
+             ": learner.optimizer.beta1 and beta2 must be below 1 (Adam's bias correction divides by 1 - beta^t)";
+    return false;
+  }
+  if (oc.schedule() != "linear" && oc.schedule() != "cosine" && oc.schedule() != "constant") {
+    *error = loaded.Where("learner.optimizer.schedule") + ": learner.optimizer.schedule: \"" + oc.schedule() +
+             "\" is not known, expected \"linear\", \"cosine\" or \"constant\"";
+    return false;
+  }
+  if (oc.has_linear_decay() && !oc.linear_decay() && oc.has_schedule() && oc.schedule() != "constant") {
+    *error = loaded.Where("learner.optimizer.linear_decay") + ": learner.optimizer.linear_decay: false asks for a "
+             "constant rate, but learner.optimizer.schedule is \"" + oc.schedule() + "\" (set only one)";
     return false;
   }
   const std::string device = c.learner().device();

@@ -133,14 +133,14 @@ __global__ void SquaredNorm(const float* g, int64_t n, double* out) {
   }
   atomicAdd(out, s);
 }
-__global__ void ClipAndRmsProp(float* w, float* ms, float* mom, const float* g, int64_t n, const double* sq_norm,
-                               double max_norm, float lr, float decay, float momentum, float eps) {
+__global__ void ClipAndUpdate(float* w, float* ms, float* mom, const float* g, int64_t n, const double* sq_norm,
+                              double max_norm, OptimizerHyper hyper, OptimizerStep step) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const double norm = sqrt(*sq_norm);
   if (!isfinite(norm)) return;  // a non-finite gradient is never applied (the learner counts it)
   const float scale = max_norm > 0 && norm > max_norm ? float(max_norm / norm) : 1.f;
-  RmsPropElement(w[i], ms[i], mom[i], g[i] * scale, lr, decay, momentum, eps);
+  OptimizerElement(hyper, step, w[i], ms[i], mom[i], g[i] * scale);
 }
 
 // ---- the trainer -----------------------------------------------------------------------
@@ -264,15 +264,15 @@ class CudaTrainer : public Trainer {
     current_slot_ = slot;
   }
 
-  void Launch(double lr) override {
+  void Launch(double lr, int64_t step) override {
     Device();
     Compute();
     const int64_t N = layout_.total_size();
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 4, 0, sizeof(double), ctx_.stream));
     SquaredNorm<<<256, 256, 0, ctx_.stream>>>(grad_.get(), N, stats_.get() + 4);
-    ClipAndRmsProp<<<Blocks(N), 256, 0, ctx_.stream>>>(params_.get(), ms_.get(), mom_.get(), grad_.get(), N,
-                                                        stats_.get() + 4, opt_.max_grad_norm, float(lr),
-                                                        opt_.rms_decay, opt_.rms_momentum, opt_.rms_epsilon);
+    ClipAndUpdate<<<Blocks(N), 256, 0, ctx_.stream>>>(params_.get(), ms_.get(), mom_.get(), grad_.get(), N,
+                                                       stats_.get() + 4, opt_.max_grad_norm, opt_.optimizer,
+                                                       MakeOptimizerStep(opt_.optimizer, lr, step));
     STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), 5 * sizeof(double), cudaMemcpyDeviceToHost,
                                         ctx_.stream));
   }

@@ -37,7 +37,7 @@ struct TrainerOptions {
   double reward_scale = 1;
   bool normalize_advantages = false;  // standardise the advantages over the batch
   double max_grad_norm = 40;  // <= 0: no clipping
-  float rms_decay = 0.99f, rms_momentum = 0.f, rms_epsilon = 0.01f;
+  OptimizerHyper optimizer;  // learner.optimizer (net/kernel_math.h)
   // Let cuDNN use TF32 tensor cores for convolutions (PyTorch's default); off gives
   // strict FP32, which the CPU-vs-CUDA tests use.
   bool allow_tf32 = false;
@@ -69,7 +69,8 @@ class Trainer {
                                          const TrainerOptions& options, std::string* error);
   virtual ~Trainer() = default;
   virtual const ParamLayout& layout() const = 0;
-  // Parameters and RMSProp state, host <-> device (synchronous).
+  // Parameters and optimizer state (learner/optimizer.h's two buffers), host <-> device
+  // (synchronous).
   virtual void SetState(std::span<const float> params, std::span<const float> mean_square,
                         std::span<const float> momentum) = 0;
   virtual void GetParams(std::span<float> params) = 0;
@@ -79,13 +80,14 @@ class Trainer {
   // stream; returns without waiting, so the host can assemble the next batch while the
   // device computes. The next Step trains on the latest staged batch.
   virtual void Stage(const BatchView& batch) = 0;
-  // Forward over [T+1, B], V-trace, loss, backward, clipping, RMSProp on the latest
-  // staged batch. Launch returns once the work is queued (stage the next batch then);
-  // Wait waits for it and returns the statistics (the only copy back).
-  virtual void Launch(double learning_rate) = 0;
+  // Forward over [T+1, B], V-trace, loss, backward, clipping and optimizer step `step`
+  // (1-based, for Adam's bias correction) on the latest staged batch. Launch returns once
+  // the work is queued (stage the next batch then); Wait waits for it and returns the
+  // statistics (the only copy back).
+  virtual void Launch(double learning_rate, int64_t step) = 0;
   virtual StepStats Wait() = 0;
-  StepStats Step(double learning_rate) {
-    Launch(learning_rate);
+  StepStats Step(double learning_rate, int64_t step) {
+    Launch(learning_rate, step);
     return Wait();
   }
   // For tests: on the staged batch at the current parameters, the forward outputs and

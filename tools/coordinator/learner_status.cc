@@ -78,6 +78,7 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
   wire::Status m = learners.begin()->second;  // the chief's (lowest index) identity
   int64_t frames = 0, start = 0, episodes = 0, steps = 0, depth = 0, dropped = 0, skipped = 0, version = 0, lag_max = 0;
   double wait = 0, pg = 0, baseline = 0, entropy = 0, norm = 0, lag = 0, train = 0;
+  double ev = 0, kl = 0, rho_clipped = 0, update = 0;
   WeightedMean all;
   std::map<std::string, int64_t> by_reason;
   const int T = wire::NumTasks(cfg);
@@ -99,6 +100,10 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
     baseline += s.baseline_loss();
     entropy += s.entropy();
     norm += s.grad_norm();
+    ev += s.explained_variance();
+    kl += s.approx_kl();
+    rho_clipped += s.rho_clip_fraction();
+    update += s.update_to_param_ratio();
     lag += s.policy_lag_mean();
     train = std::max(train, s.train_seconds());
     all.Add(s.mean_return_100(), s.mean_episode_length_100(), s.returns_counted());
@@ -130,6 +135,10 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
   m.set_baseline_loss(baseline / n);
   m.set_entropy(entropy / n);
   m.set_grad_norm(norm / n);
+  m.set_explained_variance(ev / n);
+  m.set_approx_kl(kl / n);
+  m.set_rho_clip_fraction(rho_clipped / n);
+  m.set_update_to_param_ratio(update / n);
   m.set_policy_lag_mean(lag / n);
   m.set_train_seconds(train);
   m.set_mean_return_100(all.mean());

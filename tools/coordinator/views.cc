@@ -170,6 +170,14 @@ std::pair<double, double> Views::NormalisedAggregate(const Core& c) {
   return wire::MeanAndMedian(std::move(v));
 }
 
+namespace {
+// The factor the global-norm clip scaled the newest gradient by (1: not clipped).
+double GradClipFactor(const config::Config& cfg, double norm) {
+  const double max_norm = cfg.learner().max_grad_norm();
+  return max_norm > 0 && norm > max_norm ? max_norm / norm : 1.0;
+}
+}  // namespace
+
 ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
   ProgressRow out;
   const auto& cfg = c.cfg_;
@@ -194,10 +202,11 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "[%7.1fs] frames %s (%s/s) | episodes %lld | %ssteps %lld | "
-                  "lag %.1f/%lld%s | queue %d | dropped %lld | actors %d\n",
+                  "lag %.1f/%lld%s | queue %d | dropped %lld | actors %d | H %.2f ev %.2f kl %.3g upd %.1e\n",
                   elapsed, Human(double(s.env_frames())).c_str(), Human(fps).c_str(), (long long)s.episodes(),
                   score.c_str(), (long long)s.learner_steps(), lag_mean, (long long)c.lag_max_acc_, worst.c_str(),
-                  s.queue_depth(), (long long)s.dropped_trajectories(), actors_alive);
+                  s.queue_depth(), (long long)s.dropped_trajectories(), actors_alive, s.entropy(),
+                  s.explained_variance(), s.approx_kl(), s.update_to_param_ratio());
     out.line = buf;
     const int every = cfg.suite().task_lines_every();
     if (suite && every > 0 && c.rows_ % every == 0) {
@@ -229,6 +238,11 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
                         {"baseline_loss", s.baseline_loss()},
                         {"entropy", s.entropy()},
                         {"grad_norm", s.grad_norm()},
+                        {"grad_clip_factor", GradClipFactor(cfg, s.grad_norm())},
+                        {"explained_variance", s.explained_variance()},
+                        {"approx_kl", s.approx_kl()},
+                        {"rho_clip_fraction", s.rho_clip_fraction()},
+                        {"update_to_param_ratio", s.update_to_param_ratio()},
                         {"learning_rate", s.learning_rate()},
                         {"train_seconds", s.train_seconds()},
                         {"learner_receive_wait_s", s.receive_wait_s()},
@@ -264,6 +278,11 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
                  {"loss/baseline", s.baseline_loss()},
                  {"loss/entropy", s.entropy()},
                  {"learner/grad_norm", s.grad_norm()},
+                 {"learner/grad_clip_factor", GradClipFactor(cfg, s.grad_norm())},
+                 {"learner/explained_variance", s.explained_variance()},
+                 {"learner/approx_kl", s.approx_kl()},
+                 {"learner/rho_clip_fraction", s.rho_clip_fraction()},
+                 {"learner/update_to_param_ratio", s.update_to_param_ratio()},
                  {"learner/learning_rate", s.learning_rate()},
                  {"policy_lag/mean", lag_mean},
                  {"policy_lag/max", double(c.lag_max_acc_)},

@@ -1,0 +1,74 @@
+// The learner's optimizer (learner.optimizer.kind: net/kernel_math.h's OptimizerElement),
+// elementwise over the flat parameter buffer; its state is two buffers of the same size
+// (RMSProp: mean square and momentum; Adam: second and first moment), saved in checkpoints
+// as they are. Also the global-norm clip and the learning-rate schedule.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "net/kernel_math.h"
+
+namespace stampede::config {
+class OptimizerConfig;
+}
+
+namespace stampede::learner {
+
+class Optimizer {
+ public:
+  Optimizer(int64_t size, net::OptimizerHyper hyper) : hyper_(hyper), s_(size, 0.f), m_(size, 0.f) {}
+  // Optimizer step t (1-based: the number of steps applied so far, this one included; it
+  // matters only to Adam's bias correction). Returns the update-to-parameter ratio,
+  // RMS(step) / RMS(parameters after it).
+  double Step(std::span<float> params, std::span<const float> grad, double learning_rate, int64_t t) {
+    const net::OptimizerStep st = net::MakeOptimizerStep(hyper_, learning_rate, t);
+    double step_sq = 0, param_sq = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const float before = params[i];
+      net::OptimizerElement(hyper_, st, params[i], s_[i], m_[i], grad[i]);
+      const double d = double(params[i]) - double(before);
+      step_sq += d * d;
+      param_sq += double(params[i]) * params[i];
+    }
+    return param_sq > 0 ? std::sqrt(step_sq / param_sq) : 0.0;
+  }
+  const net::OptimizerHyper& hyper() const { return hyper_; }
+  // RMSProp's mean square, Adam's second moment.
+  std::vector<float>& mean_square() { return s_; }
+  // RMSProp's momentum, Adam's first moment.
+  std::vector<float>& momentum() { return m_; }
+
+ private:
+  net::OptimizerHyper hyper_;
+  std::vector<float> s_, m_;
+};
+
+// RMS(after - before) / RMS(after): the update-to-parameter ratio of a step that was not
+// applied here (the CUDA trainer's, the shards').
+inline double UpdateToParamRatio(std::span<const float> before, std::span<const float> after) {
+  double step_sq = 0, param_sq = 0;
+  for (size_t i = 0; i < after.size() && i < before.size(); ++i) {
+    const double d = double(after[i]) - double(before[i]);
+    step_sq += d * d;
+    param_sq += double(after[i]) * after[i];
+  }
+  return param_sq > 0 ? std::sqrt(step_sq / param_sq) : 0.0;
+}
+
+// Scales grad so its global L2 norm is at most max_norm (<= 0: no clipping). Returns
+// the norm before clipping.
+inline double ClipGlobalNorm(std::span<float> grad, double max_norm) {
+  double sq = 0;
+  for (float g : grad) sq += double(g) * g;
+  const double norm = std::sqrt(sq);
+  if (max_norm > 0 && norm > max_norm) {
+    const float scale = float(max_norm / norm);
+    for (float& g : grad) g *= scale;
+  }
+  return norm;
+}
+
+}  // namespace stampede::learner
