@@ -89,57 +89,76 @@ TEST_CASE("layers: convolutions equal a direct convolution across sample chunks"
   }
 }
 
-TEST_CASE("layers: float convolutions on each backend equal a direct convolution (oneDNN where built)", "[net]") {
-  struct Case {
-    ImageShape in;
-    int C, k, s, pad, n;
+namespace {
+struct FloatCase {
+  ImageShape in;
+  int C, k, s, pad, n;
+};
+
+// One float convolution on the current backend against the direct convolution: output,
+// weight, bias and input gradients, and the weight gradient again from another buffer.
+void CheckFloatConv(const FloatCase& c) {
+  INFO(net::ConvBackendName(net::GetConvBackend()) << ": conv " << c.in.c << "x" << c.in.h << "x" << c.in.w << " -> "
+                                                   << c.C << ", " << c.k << "x" << c.k << " stride " << c.s << " pad "
+                                                   << c.pad << ", " << c.n << " samples");
+  net::ParamLayout L;
+  auto conv = net::MakeConv<float>(&L, "c", c.in, c.C, c.k, c.s, c.pad);
+  const std::vector<double> p = Random(size_t(L.total_size()), 21, 0.5);
+  const std::vector<double> in = Random(size_t(c.n) * c.in.size(), 22);
+  const std::vector<double> R = Random(size_t(c.n) * conv->out_size(), 23);
+  const DirectConv want = Direct(p, in, R, c.in, c.C, c.k, c.s, c.pad, c.n);
+  const std::vector<float> pf(p.begin(), p.end()), inf(in.begin(), in.end()), Rf(R.begin(), R.end());
+  std::vector<float> out(R.size()), grad(p.size(), 0.5f), din(in.size(), 7.f);
+  conv->Forward(pf.data(), inf.data(), c.n, out.data());
+  conv->Backward(pf.data(), inf.data(), out.data(), Rf.data(), c.n, din.data(), grad.data());
+  // Relative to the largest value: float sums of up to ~100k products.
+  auto rel_diff = [](const float* a, const double* b, size_t len, double offset) {
+    double m = 0, scale = 1e-30;
+    for (size_t i = 0; i < len; ++i) {
+      m = std::max(m, std::abs(double(a[i]) - offset - b[i]));
+      scale = std::max(scale, std::abs(b[i]));
+    }
+    return m / scale;
   };
-  const Case cases[] = {{{4, 84, 84}, 16, 8, 4, 0, 5},    // the shallow CNN's convolutions
-                        {{16, 20, 20}, 32, 4, 2, 0, 15},
-                        {{16, 21, 21}, 16, 3, 1, 1, 3},   // a deep ResNet block's
-                        {{4, 10, 10}, 16, 3, 1, 0, 17},   // MinAtar's small CNN
-                        {{3, 120, 100}, 5, 3, 2, 1, 7}};  // odd channels, padded, strided
+  const size_t nw = want.dw.size();
+  CHECK(rel_diff(out.data(), want.out.data(), out.size(), 0) < 1e-5);
+  CHECK(rel_diff(grad.data(), want.dw.data(), nw, 0.5) < 1e-5);  // added to what was there
+  CHECK(rel_diff(grad.data() + nw, want.db.data(), want.db.size(), 0.5) < 1e-5);
+  CHECK(rel_diff(din.data(), want.din.data(), din.size(), 0) < 1e-5);
+  // Backward from another buffer with the same input (not the one Forward saw).
+  const std::vector<float> copy = inf;
+  std::vector<float> grad2(p.size(), 0.5f);
+  conv->Backward(pf.data(), copy.data(), out.data(), Rf.data(), c.n, nullptr, grad2.data());
+  CHECK(rel_diff(grad2.data(), want.dw.data(), nw, 0.5) < 1e-5);
+}
+
+// Every backend this build has, each case on each.
+void CheckFloatConvs(const std::vector<FloatCase>& cases) {
   std::vector<net::ConvBackend> backends = {net::ConvBackend::kEigen};
   if (net::OneDnnBuilt()) backends.push_back(net::ConvBackend::kOneDnn);
   const net::ConvBackend before = net::GetConvBackend();
   for (const net::ConvBackend backend : backends) {
     REQUIRE(net::SetConvBackend(backend));
-    for (const Case& c : cases) {
-      INFO(net::ConvBackendName(backend) << ": conv " << c.in.c << "x" << c.in.h << "x" << c.in.w << " -> " << c.C
-                                         << ", " << c.k << "x" << c.k << " stride " << c.s << " pad " << c.pad << ", "
-                                         << c.n << " samples");
-      net::ParamLayout L;
-      auto conv = net::MakeConv<float>(&L, "c", c.in, c.C, c.k, c.s, c.pad);
-      const std::vector<double> p = Random(size_t(L.total_size()), 21, 0.5);
-      const std::vector<double> in = Random(size_t(c.n) * c.in.size(), 22);
-      const std::vector<double> R = Random(size_t(c.n) * conv->out_size(), 23);
-      const DirectConv want = Direct(p, in, R, c.in, c.C, c.k, c.s, c.pad, c.n);
-      const std::vector<float> pf(p.begin(), p.end()), inf(in.begin(), in.end()), Rf(R.begin(), R.end());
-      std::vector<float> out(R.size()), grad(p.size(), 0.5f), din(in.size(), 7.f);
-      conv->Forward(pf.data(), inf.data(), c.n, out.data());
-      conv->Backward(pf.data(), inf.data(), out.data(), Rf.data(), c.n, din.data(), grad.data());
-      // Relative to the largest value: float sums of up to ~100k products.
-      auto rel_diff = [](const float* a, const double* b, size_t len, double offset) {
-        double m = 0, scale = 1e-30;
-        for (size_t i = 0; i < len; ++i) {
-          m = std::max(m, std::abs(double(a[i]) - offset - b[i]));
-          scale = std::max(scale, std::abs(b[i]));
-        }
-        return m / scale;
-      };
-      const size_t nw = want.dw.size();
-      CHECK(rel_diff(out.data(), want.out.data(), out.size(), 0) < 1e-5);
-      CHECK(rel_diff(grad.data(), want.dw.data(), nw, 0.5) < 1e-5);  // added to what was there
-      CHECK(rel_diff(grad.data() + nw, want.db.data(), want.db.size(), 0.5) < 1e-5);
-      CHECK(rel_diff(din.data(), want.din.data(), din.size(), 0) < 1e-5);
-      // Backward from another buffer with the same input (not the one Forward saw).
-      const std::vector<float> copy = inf;
-      std::vector<float> grad2(p.size(), 0.5f);
-      conv->Backward(pf.data(), copy.data(), out.data(), Rf.data(), c.n, nullptr, grad2.data());
-      CHECK(rel_diff(grad2.data(), want.dw.data(), nw, 0.5) < 1e-5);
-    }
+    for (const FloatCase& c : cases) CheckFloatConv(c);
   }
   REQUIRE(net::SetConvBackend(before));
+}
+}  // namespace
+
+TEST_CASE("layers: float convolutions on each backend equal a direct convolution (oneDNN where built)", "[net]") {
+  CheckFloatConvs({{{4, 84, 84}, 16, 8, 4, 0, 5},    // the shallow CNN's convolutions
+                   {{16, 20, 20}, 32, 4, 2, 0, 15},
+                   {{16, 21, 21}, 16, 3, 1, 1, 3},   // a deep ResNet block's
+                   {{4, 10, 10}, 16, 3, 1, 0, 17},   // MinAtar's small CNN
+                   {{3, 120, 100}, 5, 3, 2, 1, 7}});  // odd channels, padded, strided
+}
+
+// The sizes training runs: a Pong batch of 16 unrolls of 20 steps is 336 rows, which the
+// layers cut into many chunks (about 1 MB of samples each for oneDNN's reorders, ~256k
+// values for Eigen's unrolled windows): the first convolution in dozens, the second in
+// several.
+TEST_CASE("layers: float convolutions at training sizes, across many chunks, equal a direct convolution", "[net]") {
+  CheckFloatConvs({{{4, 84, 84}, 16, 8, 4, 0, 336}, {{16, 20, 20}, 32, 4, 2, 0, 336}});
 }
 
 TEST_CASE("layers: oneDNN has real kernels for the project's convolutions", "[net]") {
