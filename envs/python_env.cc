@@ -160,6 +160,9 @@ bool EnsurePython(const std::string& venv, std::string* error) {
       ok = false;
     } else {
       py::module_::import("site").attr("addsitedir")(site);
+      // The project's own Python envs (envs/python: the learnability probes), importable
+      // by name from env.gym_module.
+      sys.attr("path").attr("append")(std::string(STAMPEDE_SOURCE_DIR) + "/envs/python");
     }
   } catch (const py::error_already_set& e) {
     *error = "Python start-up failed: " + PythonError(e);

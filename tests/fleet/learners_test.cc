@@ -80,6 +80,26 @@ TEST_CASE("fleet: 2 learners x 3 shards x 4 actors learn Catch in sync and in as
   }
 }
 
+TEST_CASE("fleet: Catch learns with PyTorch's RMSprop and with Adam, in relay mode and on the shards (sync)", "[fleet][learners]") {
+  // learner.optimizer.kind runs in the learner (relay) and in every PS shard (sync).
+  const std::pair<const char*, std::vector<std::string>> kinds[] = {
+      {"rmsprop_torch", {"learner.optimizer.kind=rmsprop_torch", "learner.optimizer.learning_rate=0.0006"}},
+      {"adam", {"learner.optimizer.kind=adam", "learner.optimizer.learning_rate=0.001"}}};
+  for (const auto& [kind, sets] : kinds) {
+    for (const char* config : {"configs/catch.textproto", "configs/catch_2learners.textproto"}) {
+      INFO(kind << ", " << config);
+      std::vector<std::string> args = {"run", config, "--set", "stop.stop_at_target=true"};
+      for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+      std::string run_dir;
+      const json summary = RunReachingTarget(std::string("optimizer_") + kind, args, std::chrono::seconds(150),
+                                             800000, &run_dir);
+      const std::string resolved = Slurp(run_dir + "/config.textproto");
+      CHECK_THAT(resolved, Catch::Contains(std::string("kind: \"") + kind + "\""));
+      CheckNoneLeft(Spawned(Metrics(run_dir)));
+    }
+  }
+}
+
 TEST_CASE("fleet: kill -9 of a shard and then of a learner mid-run: the run recovers and learns", "[fleet][learners]") {
   for (const std::string mode : {"sync", "async", "relay"}) {
     SECTION(mode) {

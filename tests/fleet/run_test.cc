@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -50,6 +51,28 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
     progress_rows += r.contains("mean_return_100") && !r.contains("event");
   }
   CHECK(progress_rows >= 1);
+  // The learning diagnostics, in every progress row once the learner trains: finite,
+  // in their ranges, and saying that the value learns Catch.
+  double best_ev = -1e9, best_update = 0;
+  for (const auto& r : rows) {
+    if (r.contains("event") || !r.contains("learner_step") || r["learner_step"].get<long long>() == 0) continue;
+    for (const char* key : {"explained_variance", "approx_kl", "rho_clip_fraction", "update_to_param_ratio",
+                            "grad_clip_factor"}) {
+      INFO(key << " in " << r.dump());
+      REQUIRE(r.contains(key));
+      CHECK(std::isfinite(r[key].get<double>()));
+    }
+    CHECK(r["explained_variance"].get<double>() <= 1.0);
+    CHECK(r["approx_kl"].get<double>() >= 0.0);
+    CHECK(r["rho_clip_fraction"].get<double>() >= 0.0);
+    CHECK(r["rho_clip_fraction"].get<double>() <= 1.0);
+    CHECK(r["grad_clip_factor"].get<double>() > 0.0);
+    CHECK(r["grad_clip_factor"].get<double>() <= 1.0);
+    best_ev = std::max(best_ev, r["explained_variance"].get<double>());
+    best_update = std::max(best_update, r["update_to_param_ratio"].get<double>());
+  }
+  CHECK(best_ev > 0.3);
+  CHECK(best_update > 0.0);
   // Per actor, in every progress row after the first trajectories and in the summary:
   // its version, heard-of version and lag, none frozen, none reset, nothing stale.
   const json& last = [&]() -> const json& {
