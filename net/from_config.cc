@@ -23,6 +23,7 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
   spec.fc_size = cfg.net().fc_size();
   spec.lstm_size = cfg.net().lstm_size();
   spec.popart = cfg.learner().popart();
+  spec.center_frames = cfg.net().center_frames();
   spec.num_values = spec.popart ? wire::NumTasks(cfg) : 1;
   switch (shape.action_kind) {
     case wire::ActionKind::kDiscrete:

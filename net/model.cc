@@ -199,6 +199,11 @@ class CpuModel : public Model<S> {
       const float* f = static_cast<const float*>(obs);
       for (int64_t i = 0; i < rows * D; ++i) in[i] = S(f[i]);
     }
+    if (spec_.center_frames && IsCnn(spec_.torso)) {
+      const ImageShape img = ImageOf(spec_.obs_shape);
+      const int64_t area = int64_t(img.h) * img.w;
+      for (int64_t c = 0; c < rows * img.c; ++c) CenterChannel(&in[size_t(c * area)], area);
+    }
     for (size_t i = 0; i < torso_.size(); ++i) {
       acts_[i + 1].resize(size_t(rows) * torso_[i]->out_size());
       torso_[i]->Forward(params, acts_[i].data(), int(rows), acts_[i + 1].data());

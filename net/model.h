@@ -36,6 +36,9 @@ struct ModelSpec {
   // scale, which the network itself does not use).
   int num_values = 1;
   bool popart = false;
+  // net.center_frames: each image channel of each observation has its mean over the
+  // image subtracted after scaling (no parameters; every backend does the same).
+  bool center_frames = false;
 
   int obs_size() const;
   // Empty when the spec builds a network, else what is wrong (names the field).
@@ -53,6 +56,15 @@ ParamLayout ModelLayout(const ModelSpec& spec);
 void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params);
 
 constexpr double kUint8InputScale = 1.0 / 255.0;
+
+// net.center_frames on one observation's channel of `area` values, in place.
+template <class S>
+inline void CenterChannel(S* x, int64_t area) {
+  double sum = 0;
+  for (int64_t i = 0; i < area; ++i) sum += double(x[i]);
+  const S mean = S(sum / double(area));
+  for (int64_t i = 0; i < area; ++i) x[i] -= mean;
+}
 
 // Task `task`'s value in one row of values [num_values] (output 0 when there is one),
 // unnormalised with the PopArt statistics the parameters carry where `popart_stats` (the

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "actors/actor.h"
@@ -153,4 +154,37 @@ TEST_CASE("atari path: the learner's batch and forward pass reproduce the actor'
   CHECK(logit_spread > 0.1);          // the policy depends on the frames
   CHECK(max_abs_log_rho < 1e-4);
   CHECK(max_logit_gap < 1e-3);
+}
+
+TEST_CASE("net.center_frames: a constant added to a frame changes nothing the network outputs", "[net][atari]") {
+  // Centring subtracts each channel's own mean, so a brighter or darker background (a
+  // constant per channel) must leave the policy and the value exactly where they were,
+  // while without centring it moves them.
+  net::ModelSpec spec;
+  spec.obs_shape = {4, 84, 84};
+  spec.torso = "shallow_cnn";
+  spec.fc_size = 32;
+  spec.policy = net::CategoricalPolicy(6);
+  std::vector<float> params(size_t(net::ModelLayout(spec).total_size()));
+  net::InitParams(spec, 3, params);
+  const int n = 3, D = 4 * 84 * 84;
+  std::vector<float> obs(size_t(n) * D), shifted(obs.size());
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  for (auto& x : obs) x = u(rng) < 0.05f ? u(rng) : 0.34f;  // a grey playfield with a few objects
+  for (size_t i = 0; i < obs.size(); ++i) shifted[i] = obs[i] + 0.1f * float(1 + (i / (84 * 84)) % 4);
+  auto outputs = [&](bool center, const std::vector<float>& x) {
+    net::ModelSpec s = spec;
+    s.center_frames = center;
+    auto m = net::MakeCpuModel<float>(s);
+    std::vector<float> out(size_t(n) * 7);
+    m->Step(params.data(), x.data(), n, nullptr, nullptr, nullptr, out.data(), out.data() + n * 6);
+    return out;
+  };
+  const auto a = outputs(true, obs), b = outputs(true, shifted);
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).margin(1e-4));
+  const auto c = outputs(false, obs), d = outputs(false, shifted);
+  double moved = 0;
+  for (size_t i = 0; i < c.size(); ++i) moved = std::max(moved, double(std::abs(c[i] - d[i])));
+  CHECK(moved > 1e-3);
 }

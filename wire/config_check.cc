@@ -215,6 +215,11 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              "constant rate, but learner.optimizer.schedule is \"" + oc.schedule() + "\" (set only one)";
     return false;
   }
+  if (c.net().center_frames() && torso == "mlp") {
+    *error = loaded.Where("net.center_frames") + ": net.center_frames centres image channels, but net.torso is \"mlp\" "
+             "(use a CNN torso for image observations, or leave center_frames off)";
+    return false;
+  }
   const std::string device = c.learner().device();
   if (device != "cpu" && !(device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
                            device.find_first_not_of("0123456789", 5) == std::string::npos)) {

@@ -27,7 +27,11 @@ _COLS = (np.arange(84) * 160 / 84).astype(np.intp)
 class PongTrack(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, frameskip=4):
+    def __init__(self, frameskip=4, blank_background=False):
+        # blank_background: the playfield's grey (87) shown as 0, so only the paddles, the
+        # ball, the walls and the score are lit (a check of how much the bright, constant
+        # background hides from a freshly initialised network).
+        self.blank = bool(blank_background)
         import ale_py  # noqa: F401  (registers the ALE ids)
         gym.register_envs(ale_py)
         self.env = gym.make("ALE/Pong-v5", frameskip=int(frameskip), repeat_action_probability=0.0,
@@ -37,6 +41,12 @@ class PongTrack(gym.Env):
         self.action_space = self.env.action_space
         self.stack = np.zeros((4, 84, 84), np.uint8)
 
+    def _small(self, frame):
+        small = frame[_ROWS][:, _COLS]
+        if self.blank:
+            small = np.where(small == 87, 0, small).astype(np.uint8)
+        return small
+
     def _aligned(self):
         ram = self.ale.getRAM()
         ball = int(ram[BALL_Y])
@@ -45,13 +55,13 @@ class PongTrack(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         frame, info = self.env.reset(seed=seed)
-        self.stack[:] = frame[_ROWS][:, _COLS]
+        self.stack[:] = self._small(frame)
         return self.stack.copy(), info
 
     def step(self, action):
         frame, _, terminated, truncated, info = self.env.step(action)
         self.stack[:-1] = self.stack[1:]
-        self.stack[-1] = frame[_ROWS][:, _COLS]
+        self.stack[-1] = self._small(frame)
         return self.stack.copy(), float(self._aligned()), terminated, truncated, info
 
     def close(self):

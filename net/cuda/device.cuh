@@ -74,6 +74,21 @@ __global__ void ToInputU8(const uint8_t* in, int64_t n, float* out) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i < n) out[i] = float(in[i]) * float(kUint8InputScale);
 }
+// net.center_frames: one block per (row, channel) image of `area` values.
+__global__ void CenterChannels(float* x, int64_t area) {
+  __shared__ double partial[256];
+  float* img = x + int64_t(blockIdx.x) * area;
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < area; i += blockDim.x) s += img[i];
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int k = blockDim.x / 2; k > 0; k /= 2) {
+    if (int(threadIdx.x) < k) partial[threadIdx.x] += partial[threadIdx.x + k];
+    __syncthreads();
+  }
+  const float mean = float(partial[0] / double(area));
+  for (int64_t i = threadIdx.x; i < area; i += blockDim.x) img[i] -= mean;
+}
 __global__ void AddRowBias(float* y, const float* b, int64_t rows, int cols) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i < rows * cols) y[i] += b[i % cols];

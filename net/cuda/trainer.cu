@@ -390,6 +390,11 @@ class CudaTrainer : public Trainer {
       STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(input_.get(), d + off_.obs, sizeof(float) * rows * D,
                                           cudaMemcpyDeviceToDevice, ctx_.stream));
     }
+    if (spec_.center_frames && spec_.torso != "mlp" && spec_.obs_shape.size() >= 2) {
+      // net.center_frames, as the CPU model does it (net/model.h CenterChannel).
+      const int64_t area = int64_t(spec_.obs_shape[spec_.obs_shape.size() - 2]) * spec_.obs_shape.back();
+      CenterChannels<<<unsigned(rows * (D / area)), 256, 0, ctx_.stream>>>(input_.get(), area);
+    }
     EpisodeStarts<<<Blocks(rows), 256, 0, ctx_.stream>>>(T, B, terminated, truncated, valid, first_.get());
     // Forward.
     acts_.resize(torso_.size() + 1);
