@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -59,10 +60,13 @@ class RecordingSinks final : public Sinks {
   void Say(const std::string& text) override { said += text; }
   void Warn(const std::string& text) override { warned += text; }
   void Metrics(const nlohmann::json& row) override { rows.push_back(row); }
-  void TensorBoard(int64_t, double, const Scalars&) override {}
+  void TensorBoard(int64_t frames, double, const Scalars& s) override {
+    for (const auto& [name, value] : s) tb[name].emplace_back(frames, value);
+  }
   void Summary(const nlohmann::json& s) override { summary = s; }
   void Processes(const std::string& text) override { processes = text; }
   void StopMessages(std::vector<wire::Control> s) override { stops = std::move(s); }
+  void EvaluationRequest(int64_t round, int64_t frames) override { eval_requests.emplace_back(round, frames); }
   int Events(const std::string& name) const {
     return int(std::count_if(rows.begin(), rows.end(), [&](const nlohmann::json& r) {
       return r.contains("event") && r["event"] == name;
@@ -72,6 +76,8 @@ class RecordingSinks final : public Sinks {
   std::vector<nlohmann::json> rows;
   nlohmann::json summary;
   std::vector<wire::Control> stops;
+  std::vector<std::pair<int64_t, int64_t>> eval_requests;
+  std::map<std::string, std::vector<std::pair<int64_t, double>>> tb;
 };
 
 config::Config TestConfig(int learners = 1, int shards = 1) {
@@ -467,4 +473,136 @@ TEST_CASE("coordinator: a learner that ends on a device error (exit 3) is not re
   f.Advance(3s);
   CHECK(f.launcher.Take("start").empty());
   CHECK(f.sinks.warned.find("a device error: not restarted") != std::string::npos);
+}
+
+namespace {
+// The evaluator's status reporting round `round` (one task, return `mean`).
+wire::Status EvalReport(Fixture& f, int64_t round, int64_t frames, double mean) {
+  auto s = f.StatusOf(wire::ROLE_EVALUATOR, 0);
+  auto* r = s.mutable_evaluation();
+  r->set_round(round);
+  r->set_env_frames(frames);
+  r->set_policy_version(7 * round);
+  auto* t = r->add_tasks();
+  t->set_task(0);
+  t->set_return_mean(mean);
+  t->set_return_std(0.5);
+  t->set_episodes(20);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("coordinator: evaluation asks for a round at each interval, writes each report once, and the stop "
+          "waits for the final round",
+          "[coordinator][evaluation]") {
+  auto cfg = TestConfig();
+  cfg.mutable_stop()->set_total_env_frames(5000);
+  cfg.mutable_evaluation()->set_interval_frames(1000);
+  Fixture f(cfg);
+  CHECK(Names(f.launcher.Take("start")) ==
+        std::vector<std::string>{"ps 0", "learner 0", "actor 0", "actor 1", "evaluator 0"});
+  f.ActorMade(0, 3000);
+  f.ActorMade(1, 3000);
+  f.Learner(0, 800, 4);
+  CHECK(f.sinks.eval_requests.empty());
+  f.Learner(0, 1200, 6);
+  f.Learner(0, 1500, 7);  // the same interval: no second request
+  REQUIRE(f.sinks.eval_requests == std::vector<std::pair<int64_t, int64_t>>{{1, 1200}});
+  f.Learner(0, 3300, 16);  // two intervals passed at once: one request, the newest frames
+  REQUIRE(f.sinks.eval_requests.size() == 2);
+  CHECK(f.sinks.eval_requests[1] == std::pair<int64_t, int64_t>{2, 3300});
+  f.Learner(0, 3900, 18);  // the next multiple is 4000
+  CHECK(f.sinks.eval_requests.size() == 2);
+
+  // Each round is written once, however often the evaluator repeats it; a round never
+  // asked for is not believed.
+  f.Status(EvalReport(f, 1, 1200, 0.25));
+  f.Status(EvalReport(f, 1, 1200, 0.25));
+  f.Status(EvalReport(f, 5, 9999, 1.0));
+  REQUIRE(f.sinks.Events("evaluation") == 1);
+  nlohmann::json ev;
+  for (const auto& r : f.sinks.rows) {
+    if (r.value("event", "") == "evaluation") ev = r;
+  }
+  CHECK(ev["round"] == 1);
+  CHECK(ev["env_frames"] == 1200);  // the frames it was asked at, not the frames now
+  CHECK(ev["eval_return_mean"].get<double>() == Approx(0.25));
+  CHECK(ev["tasks"].begin().value()["episodes"] == 20);
+  REQUIRE(f.sinks.tb.count("eval/return_mean"));
+  CHECK(f.sinks.tb["eval/return_mean"] == std::vector<std::pair<int64_t, double>>{{1200, 0.25}});
+
+  // The budget: a final round at the last frames; everything else stops, the evaluator
+  // only once that round is in.
+  f.ActorMade(0, 6000);
+  f.Learner(0, 5100, 21);
+  REQUIRE(f.core->stopping());
+  REQUIRE(f.sinks.eval_requests.size() == 3);
+  CHECK(f.sinks.eval_requests[2] == std::pair<int64_t, int64_t>{3, 5100});
+  for (const auto& c : f.launcher.Take("term")) CHECK(c.role != wire::ROLE_EVALUATOR);
+  for (const auto& c : f.sinks.stops) CHECK(c.stop_role() != wire::ROLE_EVALUATOR);
+  f.ExitInStopOrder();
+  CHECK_FALSE(f.core->finished());
+  f.Advance(15s);  // past shutdown_grace_s: the final round has evaluation.final_timeout_s
+  CHECK(f.launcher.Take("kill").empty());
+  f.Status(EvalReport(f, 2, 3300, 0.5));
+  f.Status(EvalReport(f, 3, 5100, 0.9));
+  CHECK(Names(f.launcher.Take("term")) == std::vector<std::string>{"evaluator 0"});
+  f.Exit(wire::ROLE_EVALUATOR, 0);
+  REQUIRE(f.core->finished());
+  CHECK(f.result.exit_code == 0);
+  CHECK(f.sinks.Events("evaluation") == 3);
+  CHECK(f.sinks.summary["evaluation"]["round"] == 3);
+  CHECK(f.sinks.summary["evaluation"]["eval_return_mean"].get<double>() == Approx(0.9));
+}
+
+TEST_CASE("coordinator: a crashed evaluator is restarted, and one that refuses its config stops the run",
+          "[coordinator][evaluation]") {
+  auto cfg = TestConfig();
+  cfg.mutable_evaluation()->set_interval_frames(1000);
+  cfg.mutable_coordinator()->set_max_actor_restarts(5);
+  Fixture f(cfg);
+  f.launcher.Take("start");
+  f.Exit(wire::ROLE_EVALUATOR, 0, {false, 0, 11});
+  CHECK(Names(f.launcher.Take("start")) == std::vector<std::string>{"evaluator 0"});
+  CHECK_FALSE(f.core->stopping());
+  f.Exit(wire::ROLE_EVALUATOR, 0, {true, 2, 0});
+  CHECK(f.core->stopping());
+  CHECK(f.result.exit_code == 1);
+  CHECK(f.sinks.warned.find("evaluator 0") != std::string::npos);
+}
+
+TEST_CASE("coordinator: a suite's evaluation has per-task and normalised scores", "[coordinator][evaluation]") {
+  auto cfg = TestConfig();
+  cfg.clear_env();
+  for (const char* name : {"a", "b"}) {
+    auto* t = cfg.add_tasks();
+    t->set_name(name);
+    t->set_random_score(0);
+    t->set_reference_score(10);
+  }
+  cfg.mutable_env()->mutable_resolved_spec()->set_frames_per_step(1);
+  cfg.mutable_evaluation()->set_interval_frames(1000);
+  Fixture f(cfg);
+  f.ActorMade(0, 3000);
+  f.ActorMade(1, 3000);
+  f.Learner(0, 1500, 6);
+  INFO(f.sinks.warned);
+  CHECK(f.core->learners().merged.env_frames() == 1500);
+  REQUIRE(f.sinks.eval_requests.size() == 1);
+  auto s = EvalReport(f, 1, 1500, 5.0);  // a: 0.5 normalised
+  auto* b = s.mutable_evaluation()->add_tasks();
+  b->set_task(1);
+  b->set_return_mean(2.0);  // b: 0.2
+  b->set_episodes(20);
+  f.Status(s);
+  nlohmann::json ev;
+  for (const auto& r : f.sinks.rows) {
+    if (r.value("event", "") == "evaluation") ev = r;
+  }
+  REQUIRE(ev.contains("tasks"));
+  CHECK(ev["tasks"]["a"]["eval_normalised_score"].get<double>() == Approx(0.5));
+  CHECK(ev["tasks"]["b"]["eval_return_mean"].get<double>() == Approx(2.0));
+  CHECK(ev["eval_normalised_mean"].get<double>() == Approx(0.35));
+  CHECK(ev["eval_normalised_median"].get<double>() == Approx(0.35));
+  CHECK_FALSE(ev.contains("eval_return_mean"));  // raw returns of different scales are not averaged
 }

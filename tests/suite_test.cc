@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -360,10 +361,25 @@ tasks { name: "d" env { name: "Catch" } random_score: 5 }
   CHECK(r.median_normalised == Approx(0.6));
   std::ifstream csv(dir + "/report.csv");
   std::string line, text;
-  std::map<std::string, std::string> last_field;
+  std::map<std::string, std::string> last_field;  // task -> its normalised_score column
+  auto split = [](const std::string& l) {
+    std::vector<std::string> f;
+    std::stringstream ss(l);
+    std::string x;
+    while (std::getline(ss, x, ',')) f.push_back(x);
+    if (!l.empty() && l.back() == ',') f.push_back("");
+    return f;
+  };
+  size_t column = 0;
   while (std::getline(csv, line)) {
     text += line + "\n";
-    last_field[line.substr(0, line.find(','))] = line.substr(line.rfind(',') + 1);
+    const auto f = split(line);
+    if (f.empty()) continue;
+    if (f[0] == "task") {
+      column = size_t(std::find(f.begin(), f.end(), "normalised_score") - f.begin());
+      continue;
+    }
+    last_field[f[0]] = column < f.size() ? f[column] : "";
   }
   INFO(text);
   CHECK(std::stod(last_field["(mean)"]) == Approx(0.55));

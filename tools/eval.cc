@@ -9,7 +9,7 @@
 #include <random>
 #include <sstream>
 
-#include "actors/env_source.h"
+#include "actors/evaluate.h"
 #include "envs/vector_env.h"
 #include "learner/checkpoint.h"
 #include "net/distribution.h"
@@ -93,30 +93,12 @@ bool RenderObs(const wire::StepShape& shape, const void* obs, int scale, std::ve
   return true;
 }
 
-void GreedyAction(const net::PolicyShape& pol, const float* out, float* a) {
-  if (pol.kind == net::PolicyKind::kGaussian) {
-    for (int k = 0; k < pol.num_components; ++k) a[k] = out[k];  // the mean
-    return;
-  }
-  int at = 0;
-  for (int k = 0; k < pol.num_components; ++k) {
-    a[k] = float(std::max_element(out + at, out + at + pol.nvec[k]) - (out + at));
-    at += pol.nvec[k];
-  }
-}
-
 }  // namespace
 
 bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<EvalTaskResult>* results,
               std::string* error) {
   config::Config cfg;
   if (!LoadEvalConfig(opt.checkpoint, opt.config, self_exe, &cfg, error)) return false;
-  wire::StepShape shape;
-  if (!ResolvedStepShape(cfg, &shape, error)) return false;
-  auto net = net::MakeModelFromConfig(cfg, shape, error);
-  if (!net) return false;
-  learner::CheckpointData d;
-  if (!LoadParams(opt.checkpoint, net->layout(), &d, error)) return false;
   std::vector<int> tasks;
   for (int t = 0; t < wire::NumTasks(cfg); ++t) {
     if (opt.task.empty() || opt.task == wire::TaskName(cfg, t)) tasks.push_back(t);
@@ -127,125 +109,45 @@ bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<E
     *error = "--task " + opt.task + ": no such task; the run's tasks: " + names;
     return false;
   }
-  const auto limits = wire::TaskActionLimits(cfg);
-  const net::PolicyShape& pol = net->spec().policy;
-  const int A = net->policy_size(), S = net->state_size(), K = pol.action_size();
-  std::mt19937_64 rng(opt.seed);
-  bool recorded = opt.record.empty();
+  learner::CheckpointData d;
+  bool loaded = false, recorded = opt.record.empty();
   for (int task : tasks) {
-    const config::Config task_cfg = wire::TaskEnvConfig(cfg, task);
     const int E = std::clamp(opt.episodes, 1, 16);
-    auto env = envs::MakeVectorEnv(actors::EnvSourceFromConfig(task_cfg), E, error);
-    if (!env) return false;
-    config::Config with = task_cfg;
-    *with.mutable_env()->mutable_resolved_spec() = actors::SpecToProto(env->spec());
-    wire::StepShape task_shape;
-    if (!ResolvedStepShape(with, &task_shape, error)) return false;
-    const wire::ObsAdapter adapter(task_shape.obs_shape, shape.obs_shape, task_shape.obs_dtype == wire::DType::kUint8,
-                                   cfg.suite().obs_rule());
-    std::vector<std::byte> task_obs(size_t(E) * task_shape.obs_bytes()), obs(size_t(E) * shape.obs_bytes()),
-        final_obs(size_t(E) * task_shape.obs_bytes());
-    std::vector<float> logits(size_t(E) * A), state(size_t(E) * S, 0.f), actions_f(size_t(E) * K), rewards(E);
-    std::vector<int32_t> actions(size_t(E) * K);
-    std::vector<uint8_t> terminated(E), truncated(E), valid(E), first(E, 1);
-    std::vector<double> returns(E, 0);
-    std::vector<int> lengths(E, 0);
-    std::vector<double> finished;
-    int capped = 0;
+    auto runner = actors::EpisodeRunner::Create(cfg, task, E, error);
+    if (!runner) return false;
+    if (!loaded && !LoadParams(opt.checkpoint, runner->layout(), &d, error)) return false;
+    loaded = true;
+    actors::EpisodeOptions eo;
+    eo.episodes = opt.episodes;
+    eo.num_envs = E;
+    eo.greedy = opt.greedy;
+    eo.seed = opt.seed + uint64_t(task) * 1000003u;
+    eo.max_steps = opt.max_steps;
     std::vector<std::vector<uint8_t>> frames;
     int fw = 0, fh = 0;
     const bool record = !recorded;
-    bool recording = record;
+    bool renders = true;
+    int scale = 0;
     if (record) {
-      std::vector<uint8_t> probe;
-      if (!RenderObs(task_shape, task_obs.data(), 1, &probe, &fw, &fh)) {
-        *error = "--record: task " + wire::TaskName(cfg, task) + "'s observations are vectors, not images; only envs with "
-                 "image observations (MinAtar, Atari, Catch) can be recorded";
-        return false;
-      }
-    }
-    const int scale = std::max(1, 160 / std::max(1, fh));
-    env->Reset(opt.seed + uint64_t(task) * 1000003u, task_obs.data());
-    int64_t steps = 0;
-    while (int(finished.size()) < opt.episodes) {
-      adapter.Apply(task_obs.data(), E, obs.data());
-      if (recording) {
+      eo.on_frame = [&](const wire::StepShape& shape, const std::byte* obs) {
         std::vector<uint8_t> rgb;
-        RenderObs(task_shape, task_obs.data(), scale, &rgb, &fw, &fh);
-        frames.push_back(std::move(rgb));
-      }
-      net->Step(d.params.data(), obs.data(), E, first.data(), state.data(), state.data(), logits.data(), nullptr);
-      const int limit = limits[size_t(task)];
-      for (int e = 0; e < E; ++e) {
-        float* row = &logits[size_t(e) * A];
-        if (pol.kind == net::PolicyKind::kCategorical && limit < A) std::fill(row + limit, row + A, net::kMaskedLogit);
-        float a[net::kMaxActionComponents];
-        if (opt.greedy) {
-          GreedyAction(pol, row, a);
-        } else {
-          auto uniform = [&] { return std::uniform_real_distribution<double>(0, 1)(rng); };
-          auto normal = [&] { return std::normal_distribution<double>(0, 1)(rng); };
-          net::PolicySample(pol, row, uniform, normal, a);
+        if (scale == 0) {
+          renders = RenderObs(shape, obs, 1, &rgb, &fw, &fh);
+          scale = std::max(1, 160 / std::max(1, fh));
         }
-        for (int k = 0; k < K; ++k) {
-          if (task_shape.box()) {
-            actions_f[size_t(e) * K + k] = std::clamp(a[k], task_shape.action_low[k], task_shape.action_high[k]);
-          } else {
-            actions[size_t(e) * K + k] = int32_t(a[k]);
-          }
-        }
-      }
-      envs::VectorStep step;
-      step.obs = task_obs.data();
-      step.rewards = rewards.data();
-      step.terminated = terminated.data();
-      step.truncated = truncated.data();
-      step.valid = valid.data();
-      step.final_obs = final_obs.data();
-      try {
-        if (task_shape.box()) {
-          env->StepBox(actions_f.data(), step);
-        } else {
-          env->Step(actions.data(), step);
-        }
-      } catch (const std::exception& e) {
-        *error = e.what();
-        return false;
-      }
-      bool reset_capped = false;
-      for (int e = 0; e < E; ++e) {
-        first[e] = terminated[e] | truncated[e] | uint8_t(!valid[e]);
-        if (!valid[e]) continue;
-        returns[e] += rewards[e];
-        const bool cap = ++lengths[e] >= opt.max_steps && !(terminated[e] || truncated[e]);
-        if (terminated[e] || truncated[e] || cap) {
-          if (int(finished.size()) < opt.episodes) {
-            finished.push_back(returns[e]);
-            capped += cap;
-          }
-          returns[e] = 0;
-          lengths[e] = 0;
-          reset_capped = reset_capped || cap;
-          if (e == 0) recording = false;  // the first env's first episode is recorded
-        }
-      }
-      if (reset_capped && int(finished.size()) < opt.episodes) {
-        // Envs reset only as a batch: start every env afresh (the others' episodes in
-        // progress are not counted).
-        env->Reset(opt.seed + uint64_t(task) * 1000003u + uint64_t(steps) + 1, task_obs.data());
-        std::fill(returns.begin(), returns.end(), 0.0);
-        std::fill(lengths.begin(), lengths.end(), 0);
-        std::fill(first.begin(), first.end(), 1);
-        recording = false;
-      }
-      ++steps;
+        if (renders && RenderObs(shape, obs, scale, &rgb, &fw, &fh)) frames.push_back(std::move(rgb));
+      };
+      eo.keep_going = [&] { return renders; };
     }
-    double mean = 0, var = 0;
-    for (double r : finished) mean += r;
-    mean /= double(finished.size());
-    for (double r : finished) var += (r - mean) * (r - mean);
-    results->push_back(
-        {wire::TaskName(cfg, task), mean, std::sqrt(var / double(finished.size())), int(finished.size()), capped});
+    actors::EpisodeResult r;
+    const bool ran = runner->Run(d.params.data(), eo, &r, error);
+    if (record && !renders) {
+      *error = "--record: task " + wire::TaskName(cfg, task) + "'s observations are vectors, not images; only envs "
+               "with image observations (MinAtar, Atari, Catch) can be recorded";
+      return false;
+    }
+    if (!ran) return false;
+    results->push_back({wire::TaskName(cfg, task), r.mean, r.std, r.episodes, r.capped});
     if (record) {
       recorded = true;
       if (!WriteGif(opt.record, fw, fh, frames, 10, error)) return false;

@@ -274,6 +274,16 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
                          "exec stampede actor --config " + config_file + " --task-index \"$JOB_COMPLETION_INDEX\"", "",
                          "OnFailure", {}, "1", "512Mi", 0, "");
   files->push_back({"07-actors.yaml", actor_job.str()});
+  if (cfg.evaluation().interval_frames() > 0) {
+    // Evaluation (config `evaluation`): one evaluator, restarted like an actor.
+    std::ostringstream eval_job;
+    eval_job << "apiVersion: batch/v1\nkind: Job\n" << w.Meta(w.name + "-evaluator", "evaluator");
+    eval_job << "spec:\n  completions: 1\n  backoffLimit: " << cfg.coordinator().max_actor_restarts()
+             << "\n  template:\n"
+             << w.PodSpec("evaluator", "exec stampede evaluator --config " + config_file + " --task-index 0", "",
+                          "OnFailure", {}, "1", "1Gi", 0, "");
+    files->push_back({"07-evaluator.yaml", eval_job.str()});
+  }
   std::ostringstream coord;
   coord << "apiVersion: batch/v1\nkind: Job\n" << w.Meta(w.name + "-coordinator", "coordinator");
   coord << "spec:\n  completions: 1\n  backoffLimit: 0\n  template:\n"

@@ -63,6 +63,18 @@ bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* erro
   int rows = 0;
   while (std::getline(metrics, line)) {
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!row.is_discarded() && row.is_object() && row.value("event", "") == "evaluation" && row.contains("tasks") &&
+        row["tasks"].is_object()) {
+      for (TaskReport& tr : r.tasks) {
+        if (!row["tasks"].contains(tr.name) || !row["tasks"][tr.name].is_object()) continue;
+        const auto& t = row["tasks"][tr.name];
+        tr.eval_score = t.value("eval_return_mean", 0.0);
+        tr.eval_episodes = t.value("episodes", 0);
+        tr.eval_frames = row.value("env_frames", 0LL);
+        r.evaluated = true;
+      }
+      continue;
+    }
     if (row.is_discarded() || !row.is_object() || row.contains("event") || !row.contains("env_frames")) continue;
     ++rows;
     r.elapsed_s = row.value("elapsed_s", 0.0);
@@ -91,15 +103,18 @@ bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* erro
     *error = run_dir + "/metrics.jsonl: no progress rows yet";
     return false;
   }
-  std::vector<double> normalised;
+  std::vector<double> normalised, eval_normalised;
   for (TaskReport& tr : r.tasks) {
     config::TaskConfig task;
     task.set_random_score(tr.random_score);
     if (tr.has_reference) task.set_reference_score(tr.reference_score);
     tr.normalised = tr.scored ? wire::NormalisedScore(task, tr.final_score) : std::nan("");
     if (!std::isnan(tr.normalised)) normalised.push_back(tr.normalised);
+    tr.eval_normalised = tr.eval_episodes > 0 ? wire::NormalisedScore(task, tr.eval_score) : std::nan("");
+    if (!std::isnan(tr.eval_normalised)) eval_normalised.push_back(tr.eval_normalised);
   }
   std::tie(r.mean_normalised, r.median_normalised) = wire::MeanAndMedian(std::move(normalised));
+  std::tie(r.eval_mean_normalised, r.eval_median_normalised) = wire::MeanAndMedian(std::move(eval_normalised));
   r.frames_per_s = r.elapsed_s > 0 ? double(r.env_frames) / r.elapsed_s : 0;
   std::error_code ec;
   r.finished = std::filesystem::exists(run_dir + "/summary.json", ec);
@@ -109,15 +124,17 @@ bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* erro
 
 bool WriteReport(const std::string& run_dir, const RunReport& r, std::string* error) {
   std::ostringstream csv;
-  csv << "task,final_score,best_score,env_frames,episodes,random_score,reference_score,normalised_score\n";
+  csv << "task,final_score,best_score,env_frames,episodes,random_score,reference_score,normalised_score,"
+         "eval_score,eval_episodes,eval_normalised_score\n";
   for (const auto& t : r.tasks) {
     csv << t.name << "," << (t.scored ? Num(t.final_score) : "") << "," << (t.scored ? Num(t.best_score) : "") << ","
         << t.env_frames << "," << t.episodes << "," << Num(t.random_score) << ","
         << (t.has_reference ? Num(t.reference_score) : "") << ","
-        << Num(t.normalised) << "\n";
+        << Num(t.normalised) << "," << (t.eval_episodes > 0 ? Num(t.eval_score) : "") << "," << t.eval_episodes
+        << "," << Num(t.eval_normalised) << "\n";
   }
-  csv << "(mean),,,,,,," << Num(r.mean_normalised) << "\n";
-  csv << "(median),,,,,,," << Num(r.median_normalised) << "\n";
+  csv << "(mean),,,,,,," << Num(r.mean_normalised) << ",,," << Num(r.eval_mean_normalised) << "\n";
+  csv << "(median),,,,,,," << Num(r.median_normalised) << ",,," << Num(r.eval_median_normalised) << "\n";
   std::ostringstream md;
   md << "# Suite report: " << std::filesystem::path(run_dir).filename().string() << "\n\n";
   char buf[256];
@@ -137,6 +154,20 @@ bool WriteReport(const std::string& run_dir, const RunReport& r, std::string* er
   if (!std::isnan(r.mean_normalised)) {
     md << "\nNormalised score, (score - random) / (reference - random): **mean " << Num(r.mean_normalised, 3)
        << "**, **median " << Num(r.median_normalised, 3) << "**.\n";
+  }
+  if (r.evaluated) {
+    md << "\n## Evaluation (the last round, config `evaluation`)\n\n";
+    md << "| task | mean return | episodes | at frames | normalised |\n|---|---:|---:|---:|---:|\n";
+    for (const auto& t : r.tasks) {
+      std::snprintf(buf, sizeof buf, "| %s | %s | %d | %lld | %s |\n", t.name.c_str(),
+                    t.eval_episodes > 0 ? Num(t.eval_score).c_str() : "\u2013", t.eval_episodes, t.eval_frames,
+                    std::isnan(t.eval_normalised) ? "\u2013" : Num(t.eval_normalised, 3).c_str());
+      md << buf;
+    }
+    if (!std::isnan(r.eval_mean_normalised)) {
+      md << "\nEvaluation normalised score: **mean " << Num(r.eval_mean_normalised, 3) << "**, **median "
+         << Num(r.eval_median_normalised, 3) << "**.\n";
+    }
   }
   md << "\nLearning curves: report.png (one panel per task, its own frames on the x axis"
      << (std::isnan(r.mean_normalised) ? "" : "; the last panel the normalised mean and median") << ").\n";

@@ -19,11 +19,19 @@ struct TaskReport {
   bool has_reference = false;
   double normalised = 0;    // NaN: the task gives no random/reference scores
   bool scored = false;      // false: no episode ended
+  // The last evaluation round (config `evaluation`): its mean return, at which global
+  // frames, over how many episodes (0: no round), and its normalised score (NaN: none).
+  double eval_score = 0;
+  long long eval_frames = 0;
+  int eval_episodes = 0;
+  double eval_normalised = 0;
 };
 
 struct RunReport {
   std::vector<TaskReport> tasks;
   double mean_normalised = 0, median_normalised = 0;  // NaN when no task is normalised
+  double eval_mean_normalised = 0, eval_median_normalised = 0;  // the last evaluation's; NaN: none
+  bool evaluated = false;  // an evaluation round is in metrics.jsonl
   double elapsed_s = 0;
   long long env_frames = 0;
   double frames_per_s = 0;  // over the run

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "actors/actor.h"
+#include "actors/evaluate.h"
 #include "actors/inference.h"
 #include "envs/env.h"
 #include "learner/role.h"
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
   keys->add_option("dir", keys_dir, "Directory to write the keys into (made mode 0700)")->required();
 
   std::vector<CLI::App*> roles;
-  for (const char* role : {"actor", "learner", "ps"}) {
+  for (const char* role : {"actor", "learner", "ps", "evaluator"}) {
     auto* sub = app.add_subcommand(role, std::string("Run one ") + role + " process");
     sub->add_option("--config", config_path, "Config file")->required();
     sub->add_option("--task-index", task_index, "Index of this process within its role")
@@ -382,6 +383,13 @@ int main(int argc, char** argv) {
       }
     }
     if (role == "actor") return stampede::actors::RunActor(loaded.config, task_index, stampede::tools::StopFlag());
+    if (role == "evaluator") {
+      if (loaded.config.evaluation().interval_frames() <= 0) {
+        std::fprintf(stderr, "stampede evaluator: the config has no evaluation (evaluation.interval_frames is 0)\n");
+        return 2;
+      }
+      return stampede::actors::RunEvaluator(loaded.config, task_index, stampede::tools::StopFlag());
+    }
     if (role == "learner") {
       // actors.inference "central": this learner's actors act through a server on a
       // thread of this process (SEED RL's learner-side inference).

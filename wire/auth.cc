@@ -174,6 +174,7 @@ std::vector<std::string> RunIdentities(const config::Config& cfg) {
   for (int l = 0; l < std::max(1, cfg.learner().num_learners()); ++l) ids.push_back(Identity("learner", l));
   for (int s = 0; s < cfg.ps().num_shards(); ++s) ids.push_back(Identity("ps", s));
   for (int a = 0; a < cfg.actors().num_actors(); ++a) ids.push_back(Identity("actor", a));
+  if (cfg.evaluation().interval_frames() > 0) ids.push_back(Identity("evaluator", 0));
   return ids;
 }
 
@@ -203,9 +204,9 @@ std::shared_ptr<const Curve> RunCurve(const config::Config& cfg, const std::stri
 std::map<std::string, std::set<std::string>> RunAllowList() {
   return {{kDomainTrajectories, {"actor"}},
           {kDomainInference, {"actor"}},
-          {kDomainParams, {"actor", "learner"}},
-          {kDomainStatus, {"actor", "learner", "ps", "coordinator"}},
-          {kDomainControl, {"actor", "learner", "ps", "coordinator"}}};
+          {kDomainParams, {"actor", "learner", "evaluator"}},
+          {kDomainStatus, {"actor", "learner", "ps", "coordinator", "evaluator"}},
+          {kDomainControl, {"actor", "learner", "ps", "coordinator", "evaluator"}}};
 }
 
 ZapHandler::ZapHandler(zmq::context_t& ctx, const Curve& curve,

@@ -28,7 +28,7 @@ namespace stampede::wire {
 
 // ZAP domains, one per kind of server socket.
 inline constexpr const char* kDomainTrajectories = "trajectories";  // learner PULL: actors
-inline constexpr const char* kDomainParams = "params";              // PS ROUTER: actors, learners
+inline constexpr const char* kDomainParams = "params";              // PS ROUTER: actors, learners, the evaluator
 inline constexpr const char* kDomainStatus = "status";              // coordinator PULL: all
 inline constexpr const char* kDomainControl = "control";            // coordinator PUB: all
 inline constexpr const char* kDomainInference = "inference";        // learner's inference ROUTER: actors

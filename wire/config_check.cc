@@ -27,6 +27,7 @@ constexpr Range kRanges[] = {
     {"net.hidden_sizes", 1, 65536, false, true},
     {"net.fc_size", 1, 65536, false, true},
     {"net.lstm_size", 0, 65536, false, true},
+    {"net.policy_init_scale", 0, 100, false, false},  // (0, 100] when set: checked below
     {"actors.num_actors", 1, 1024, false, true},
     {"actors.envs_per_actor", 1, 4096, false, true},
     {"actors.unroll_length", 1, 10000, false, true},
@@ -94,6 +95,11 @@ constexpr Range kRanges[] = {
     {"learner.replay.max_bytes", 0, 1e13, false, true},
     {"learner.replay.importance_exponent", 0, 1, false, false},
     {"learner.replay.trust_region_kl", 0, 1e6, false, false},
+    {"evaluation.interval_frames", 0, 1e13, false, true},
+    {"evaluation.episodes", 1, 100000, false, true},
+    {"evaluation.max_steps", 1, 1e9, false, true},
+    {"evaluation.num_envs", 1, 256, false, true},
+    {"evaluation.final_timeout_s", 0, 1e6, false, false},
 };
 }  // namespace
 
@@ -215,6 +221,16 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              "constant rate, but learner.optimizer.schedule is \"" + oc.schedule() + "\" (set only one)";
     return false;
   }
+  if (const std::string& init = c.net().init(); init != "glorot" && init != "torch" && init != "orthogonal") {
+    *error = loaded.Where("net.init") + ": net.init: \"" + init +
+             "\" is not known, expected \"glorot\", \"torch\" or \"orthogonal\"";
+    return false;
+  }
+  if (c.net().has_policy_init_scale() && !(c.net().policy_init_scale() > 0)) {
+    *error = loaded.Where("net.policy_init_scale") + ": net.policy_init_scale: " +
+             FormatNumber(c.net().policy_init_scale()) + " is out of range, expected a number in (0, 100]";
+    return false;
+  }
   if (c.net().center_frames() && torso == "mlp") {
     *error = loaded.Where("net.center_frames") + ": net.center_frames centres image channels, but net.torso is \"mlp\" "
              "(use a CNN torso for image observations, or leave center_frames off)";
@@ -302,7 +318,7 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
                std::to_string(lc.num_learners()) + ")";
       return false;
     }
-    if (mode != "relay" && (lc.device() != "cpu" || lc.popart())) {
+    if (mode != "relay" && (lc.device() != "cpu" || PopArtOn(c))) {
       *error = loaded.Where("learner.update_mode") + ": learner.update_mode \"" + mode +
                "\" runs on the CPU learner without PopArt (learner.device \"cpu\", learner.popart false)";
       return false;

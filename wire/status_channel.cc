@@ -48,6 +48,10 @@ void StatusChannel::Listen() {
     }
     heard_ = true;
     last_heard_ = now;
+    if (c.evaluate_round() > evaluate_round_) {
+      evaluate_round_ = c.evaluate_round();
+      evaluate_frames_ = c.evaluate_frames();
+    }
     const Sender& me = status_.sender();
     const bool mine = c.stop() && (c.stop_role() == ROLE_UNSPECIFIED || c.stop_role() == me.role()) &&
                       (c.stop_index() < 0 || c.stop_index() == me.task_index());

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,10 @@ class StatusChannel {
   void Send(const char* activity);
   // True once the coordinator has been heard on the control socket.
   bool heard() const { return heard_; }
+  // The newest evaluation round the coordinator has asked for (0: none) and the global
+  // env frames at which it asked (the evaluator's work list; config `evaluation`).
+  int64_t evaluate_round() const { return evaluate_round_; }
+  int64_t evaluate_frames() const { return evaluate_frames_; }
 
  private:
   void Listen();
@@ -37,6 +42,7 @@ class StatusChannel {
   std::atomic<bool>* stop_ = nullptr;
   Status status_;
   bool heard_ = false;
+  int64_t evaluate_round_ = 0, evaluate_frames_ = 0;
   std::chrono::steady_clock::time_point last_heard_, last_warned_;
 };
 

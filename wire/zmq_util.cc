@@ -131,6 +131,7 @@ const char* RoleName(Role role) {
     case ROLE_ACTOR: return "actor";
     case ROLE_LEARNER: return "learner";
     case ROLE_PS: return "ps";
+    case ROLE_EVALUATOR: return "evaluator";
     default: return "unknown-role";
   }
 }

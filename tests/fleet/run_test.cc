@@ -24,7 +24,11 @@ using namespace stampede::fleet;
 
 TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
   const std::string run_dir = FreshRunDir("catch");
-  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir}, run_dir + ".out");
+  // With evaluation during training: an evaluator runs the newest policy on Catch envs of
+  // its own every 100k frames.
+  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set", "evaluation.interval_frames=100000",
+                  "--set", "evaluation.episodes=20"},
+                 run_dir + ".out");
   const int code = Wait(p, std::chrono::seconds(110));
   INFO(Slurp(p.output_path));
   REQUIRE(code == 0);
@@ -42,6 +46,28 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
   CHECK(roles["actor"] == 2);
   CHECK(roles["learner"] == 1);
   CHECK(roles["ps"] == 2);
+  CHECK(roles["evaluator"] == 1);
+  // Evaluation: a round per 100k frames and a final one, in order, each of 20 episodes of
+  // the newest parameters; the last one scores what a trained Catch policy scores.
+  std::vector<json> evals;
+  for (const auto& r : rows) {
+    if (r.value("event", "") == "evaluation") evals.push_back(r);
+  }
+  REQUIRE(evals.size() >= 3);
+  for (size_t i = 0; i < evals.size(); ++i) {
+    INFO(evals[i].dump());
+    CHECK(evals[i]["round"].get<long long>() == (long long)(i + 1));
+    CHECK(evals[i]["episodes"] == 20);
+    CHECK(evals[i]["tasks"]["Catch"]["episodes"] == 20);
+    CHECK(evals[i]["eval_return_mean"].get<double>() >= -1.0);
+    CHECK(evals[i]["eval_return_mean"].get<double>() <= 1.0);
+    if (i > 0) CHECK(evals[i]["env_frames"].get<long long>() > evals[i - 1]["env_frames"].get<long long>());
+    if (i > 0) CHECK(evals[i]["policy_version"].get<long long>() >= evals[i - 1]["policy_version"].get<long long>());
+  }
+  // The final round: on the parameters at the budget.
+  CHECK(evals.back()["env_frames"].get<long long>() >= 500000);
+  CHECK(evals.back()["eval_return_mean"].get<double>() >= 0.8);
+  CHECK(summary["evaluation"]["round"] == evals.back()["round"]);
   // Every row carries wall time, frames and learner step.
   int progress_rows = 0;
   for (const auto& r : rows) {

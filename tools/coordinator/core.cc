@@ -102,7 +102,7 @@ void Core::Event(const std::string& name, nlohmann::json extra, Clock::time_poin
   extra["event"] = name;
   extra["wall_time"] = UnixAt(now);
   extra["elapsed_s"] = Elapsed(now);
-  extra["env_frames"] = figures_.merged.env_frames();
+  if (!extra.contains("env_frames")) extra["env_frames"] = figures_.merged.env_frames();
   extra["learner_step"] = figures_.merged.learner_steps();
   sinks_->Metrics(extra);
 }
@@ -126,6 +126,7 @@ void Core::Start(Clock::time_point now) {
     for (int s = 0; s < cfg_.ps().num_shards(); ++s) StartProcess(wire::ROLE_PS, s, 0, now);
     for (int l = 0; l < cfg_.learner().num_learners(); ++l) StartProcess(wire::ROLE_LEARNER, l, 0, now);
     for (int a = 0; a < cfg_.actors().num_actors(); ++a) StartProcess(wire::ROLE_ACTOR, a, 0, now);
+    if (cfg_.evaluation().interval_frames() > 0) StartProcess(wire::ROLE_EVALUATOR, 0, 0, now);
   } else {
     Say("stampede: coordinator for a run whose processes are started elsewhere: status on " +
         cfg_.cluster().coordinator() + ", control on " + cfg_.cluster().control() +
@@ -142,9 +143,11 @@ void Core::Start(Clock::time_point now) {
 void Core::StopNextStage() {
   const bool others = procs_.AnyAlive(wire::ROLE_LEARNER, false);
   const bool chief = procs_.AnyAlive(wire::ROLE_LEARNER, true);
+  // The evaluator goes once the round asked for last (the final one) is in.
+  const bool evaluated = !EvaluationPending();
   auto now = [&](wire::Role role, int index) {
     return role == wire::ROLE_ACTOR || (role == wire::ROLE_LEARNER && (index != 0 || !others)) ||
-           (role == wire::ROLE_PS && !others && !chief);
+           (role == wire::ROLE_PS && !others && !chief) || (role == wire::ROLE_EVALUATOR && evaluated);
   };
   for (const auto& [key, p] : procs_.all()) {
     if (p.local && now(p.role, p.index)) launcher_->Terminate(p.id);
@@ -161,6 +164,7 @@ void Core::StopNextStage() {
     stops.push_back(c);
   };
   stop(wire::ROLE_ACTOR, -1);
+  if (evaluated && cfg_.evaluation().interval_frames() > 0) stop(wire::ROLE_EVALUATOR, -1);
   for (int l = 1; l < cfg_.learner().num_learners(); ++l) stop(wire::ROLE_LEARNER, l);
   if (!others) stop(wire::ROLE_LEARNER, 0);
   if (!others && !chief) stop(wire::ROLE_PS, -1);
@@ -176,7 +180,42 @@ void Core::RequestStop(const std::string& reason, int exit_code, Clock::time_poi
   Event("stop", {{"reason", reason}, {"exit_code", exit_code}}, now);
   stop_.deadline = now + std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double>(cfg_.coordinator().shutdown_grace_s()));
+  const auto& ev = cfg_.evaluation();
+  eval_final_deadline_ = now + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(std::max(0.0, ev.final_timeout_s())));
+  if (exit_code == 0 && ev.final_round() && procs_.Alive(wire::ROLE_EVALUATOR) > 0) {
+    MaybeRequestEvaluation(figures_.merged.env_frames(), true, now);
+  }
   StopNextStage();
+}
+
+void Core::MaybeRequestEvaluation(int64_t frames, bool final_round, Clock::time_point now) {
+  const int64_t interval = cfg_.evaluation().interval_frames();
+  if (interval <= 0 || !figures_.have_status) return;
+  // The first multiple of the interval past where the run starts (a restored run's
+  // frames start from its checkpoint's).
+  if (eval_next_ < 0) eval_next_ = (figures_.start_frames / interval + 1) * interval;
+  const bool due = frames >= eval_next_ || (final_round && frames > eval_frames_);
+  if (!due) return;
+  eval_next_ = (frames / interval + 1) * interval;
+  ++eval_round_;
+  eval_frames_ = frames;
+  sinks_->EvaluationRequest(eval_round_, eval_frames_);
+  Event("evaluation_requested", {{"round", eval_round_}, {"final", final_round}}, now);
+}
+
+void Core::OnEvaluation(const wire::EvaluationReport& r, Clock::time_point now) {
+  if (r.round() <= eval_reported_ || r.round() > eval_round_) return;  // seen, or not asked for
+  eval_reported_ = r.round();
+  EvaluationView v = Views::Evaluation(*this, r);
+  last_eval_ = v.event;
+  Say(v.line);
+  sinks_->TensorBoard(r.env_frames(), UnixAt(now), v.scalars);
+  Event("evaluation", v.event, now);
+  if (stop_.stopping) {
+    StopNextStage();  // the evaluator may go now
+    if (procs_.AllGone()) Finish(now);
+  }
 }
 
 void Core::Finish(Clock::time_point now) {
@@ -249,6 +288,8 @@ void Core::OnStatus(const std::string& bytes, const std::string& peer, Clock::ti
     OnRemoteStatus(s, who, now);
     if (finished_) return;
   }
+  if (role == wire::ROLE_EVALUATOR && s.has_evaluation()) OnEvaluation(s.evaluation(), now);
+  if (finished_) return;
   if (role == wire::ROLE_ACTOR) {
     actor_counts_.per_process[s.pid()] = {s.actor_frames(), s.actor_send_wait_s()};
     if (index >= 0 && index < cfg_.actors().num_actors()) {
@@ -363,6 +404,7 @@ void Core::ApplyLearnerStatus(const wire::Status& one, Clock::time_point now) {
   }
   figures_.merged = s;
   figures_.have_status = true;
+  if (!stop_.stopping) MaybeRequestEvaluation(s.env_frames(), false, now);
   lag_mean_acc_ += s.policy_lag_mean();
   ++lag_mean_n_;
   lag_max_acc_ = std::max(lag_max_acc_, s.policy_lag_max());
@@ -419,7 +461,7 @@ void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Cloc
     if (!how_ended.ok() && !stop_.killed) {
       sinks_->Warn("stampede: " + who + " " + how + " while stopping (log: " + log + ")\n");
       // A learner or PS that fails on the way out (its final checkpoint) fails the run.
-      if (c.role != wire::ROLE_ACTOR && result_->exit_code == 0) {
+      if (c.role != wire::ROLE_ACTOR && c.role != wire::ROLE_EVALUATOR && result_->exit_code == 0) {
         result_->exit_code = 1;
         stop_.reason += "; then " + who + " " + how + " while stopping";
       }
@@ -436,19 +478,32 @@ void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Cloc
     if (procs_.AllGone()) Finish(now);
     return;
   }
-  if (c.role == wire::ROLE_ACTOR) {
+  if (c.role == wire::ROLE_EVALUATOR && how_ended.exited && how_ended.code == wire::kExitRefused) {
+    // Its envs or config would fail the same way again.
+    const std::string tail = launcher_->LogTail(c.role, c.index, 2000);
+    sinks_->Warn(Printf("stampede: %s (pid %lld) %s; its log (%s) ends:\n", who.c_str(), (long long)id, how.c_str(),
+                        log.c_str()) +
+                 tail);
+    RequestStop(who + " " + how + " (it refused its config or could not make its envs; see its log)", 1, now);
+    return;
+  }
+  if (c.role == wire::ROLE_ACTOR || c.role == wire::ROLE_EVALUATOR) {
     if (actor_restarts_ >= cfg_.coordinator().max_actor_restarts()) {
       RequestStop(who + " " + how + " and the restart budget (coordinator.max_actor_restarts) is spent", 1, now);
       return;
     }
     ++actor_restarts_;
-    const ProcessId fresh = StartProcess(wire::ROLE_ACTOR, c.index, 0, now);
+    const ProcessId fresh = StartProcess(c.role, c.index, 0, now);
     // The end of its log says why (an env's error, a Python traceback).
     const std::string tail = launcher_->LogTail(c.role, c.index, 1000);
     sinks_->Warn(Printf("stampede: %s (pid %lld) %s; restarted as pid %lld; its log (%s) %s\n", who.c_str(),
                         (long long)id, how.c_str(), (long long)fresh, log.c_str(), tail.empty() ? "is empty" : "ends:") +
                  tail);
-    Event("actor_restart", {{"actor", c.index}, {"old_pid", id}, {"new_pid", fresh}, {"how", how}}, now);
+    if (c.role == wire::ROLE_ACTOR) {
+      Event("actor_restart", {{"actor", c.index}, {"old_pid", id}, {"new_pid", fresh}, {"how", how}}, now);
+    } else {
+      Event("restart", {{"process", who}, {"old_pid", id}, {"pid", fresh}, {"how", how}}, now);
+    }
     return;
   }
   const std::string tail = launcher_->LogTail(c.role, c.index, 2000);
@@ -500,7 +555,11 @@ void Core::OnTick(Clock::time_point now) {
   if (finished_) return;
   const double grace = cfg_.coordinator().shutdown_grace_s();
   if (stop_.stopping) {
-    if (!stop_.killed && now > stop_.deadline) {
+    // Only the evaluator left, on its final round: it has evaluation.final_timeout_s.
+    const bool only_evaluator = procs_.Alive(wire::ROLE_ACTOR) + procs_.Alive(wire::ROLE_LEARNER) +
+                                    procs_.Alive(wire::ROLE_PS) == 0 &&
+                                EvaluationPending();
+    if (!stop_.killed && now > stop_.deadline && !(only_evaluator && now < eval_final_deadline_)) {
       for (auto& [key, p] : procs_.all()) {
         if (p.local) {
           sinks_->Warn(Printf("stampede: %s did not exit within %.0f s of SIGTERM (last: %s); killing it\n",

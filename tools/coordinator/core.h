@@ -55,7 +55,9 @@ class ProcessTable {
   // Running: local ones, and remote ones not stopped.
   int Alive(wire::Role role) const;
   bool AnyAlive(wire::Role role, bool chief) const;  // learners: the chief (index 0) or the others
-  bool AllGone() const { return Alive(wire::ROLE_ACTOR) + Alive(wire::ROLE_LEARNER) + Alive(wire::ROLE_PS) == 0; }
+  bool AllGone() const {
+    return Alive(wire::ROLE_ACTOR) + Alive(wire::ROLE_LEARNER) + Alive(wire::ROLE_PS) + Alive(wire::ROLE_EVALUATOR) == 0;
+  }
   const std::map<std::pair<int, int>, Process>& all() const { return procs_; }
   std::map<std::pair<int, int>, Process>& all() { return procs_; }
   std::string Text() const;  // processes.txt: "ROLE INDEX PID" per local process
@@ -157,6 +159,11 @@ class Core {
   bool Stalled(Clock::time_point now);
   void OnCheckpointReport(const wire::Status& s, Clock::time_point now);
   void OnRemoteStatus(const wire::Status& s, const std::string& who, Clock::time_point now);
+  // Evaluation (config `evaluation`): asks for a round when the frames pass the next
+  // multiple of the interval; writes each round the evaluator reports.
+  void MaybeRequestEvaluation(int64_t frames, bool final_round, Clock::time_point now);
+  void OnEvaluation(const wire::EvaluationReport& r, Clock::time_point now);
+  bool EvaluationPending() const { return eval_reported_ < eval_round_; }
   void Say(const std::string& text);
   double UnixAt(Clock::time_point t) const;
   double Elapsed(Clock::time_point t) const;
@@ -185,6 +192,12 @@ class Core {
   wire::LogLimiter status_log_;
   std::map<std::string, std::map<std::string, int64_t>> refused_;  // "ps 0" -> reason -> count
   std::vector<int64_t> task_reached_;  // frames at which each task reached its target (-1: not yet)
+  // Evaluation: the newest round asked for and at which frames, the next multiple of the
+  // interval, the newest round written, the last evaluation event, and how long a stop
+  // waits for the final round.
+  int64_t eval_round_ = 0, eval_frames_ = 0, eval_next_ = -1, eval_reported_ = 0;
+  nlohmann::json last_eval_;
+  Clock::time_point eval_final_deadline_;
 
   // Progress rows: the window since the last one.
   Clock::time_point last_row_;

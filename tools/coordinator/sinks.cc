@@ -56,5 +56,6 @@ void FileSinks::Summary(const nlohmann::json& summary) {
 void FileSinks::Processes(const std::string& text) { WriteRunFile(run_dir_ + "/processes.txt", text); }
 
 void FileSinks::StopMessages(std::vector<wire::Control> stops) { board_->Set(std::move(stops)); }
+void FileSinks::EvaluationRequest(int64_t round, int64_t env_frames) { board_->SetEvaluation(round, env_frames); }
 
 }  // namespace stampede::tools::coord

@@ -29,6 +29,8 @@ class Sinks {
   virtual void Processes(const std::string& text) = 0;  // processes.txt
   // The current stop stage's messages, sent with every heartbeat from now on.
   virtual void StopMessages(std::vector<wire::Control> stops) = 0;
+  // The newest evaluation round asked for, sent with every heartbeat from now on.
+  virtual void EvaluationRequest(int64_t round, int64_t env_frames) = 0;
 };
 
 // The stop messages as the status server reads them (it sends them from its thread).
@@ -47,6 +49,7 @@ class FileSinks final : public Sinks {
   void Summary(const nlohmann::json& summary) override;
   void Processes(const std::string& text) override;
   void StopMessages(std::vector<wire::Control> stops) override;
+  void EvaluationRequest(int64_t round, int64_t env_frames) override;
 
  private:
   struct Files;

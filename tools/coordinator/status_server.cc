@@ -63,6 +63,9 @@ void StatusServer(caf::blocking_actor* self, caf::actor supervisor, zmq::context
       last_beat = Clock::now();
       wire::Control beat;
       *beat.mutable_sender() = wire::MakeSender(wire::ROLE_COORDINATOR, 0, 0);
+      const auto [round, frames] = opt.board->Evaluation();
+      beat.set_evaluate_round(round);
+      beat.set_evaluate_frames(frames);
       std::vector<wire::Control> out = {beat};
       for (auto& c : opt.board->Get()) out.push_back(std::move(c));
       for (const auto& c : out) (void)wire::SendMessage(control, c);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -36,10 +37,22 @@ class ControlBoard {
     base::MutexLock lock(mu_);
     return stops_;
   }
+  // The newest evaluation request, carried by every heartbeat.
+  void SetEvaluation(int64_t round, int64_t frames) EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
+    eval_round_ = round;
+    eval_frames_ = frames;
+  }
+  std::pair<int64_t, int64_t> Evaluation() EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
+    return {eval_round_, eval_frames_};
+  }
 
  private:
   base::Mutex mu_;
   std::vector<wire::Control> stops_ GUARDED_BY(mu_);
+  int64_t eval_round_ GUARDED_BY(mu_) = 0;
+  int64_t eval_frames_ GUARDED_BY(mu_) = 0;
 };
 
 struct StatusServerOptions {

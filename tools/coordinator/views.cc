@@ -106,7 +106,7 @@ nlohmann::json TasksJson(const config::Config& cfg, const wire::Status& s) {
                         {"env_frames", ts.env_frames()},
                         {"policy_lag_mean", ts.policy_lag_mean()},
                         {"frames_to_target", ts.frames_to_target()}};
-    if (cfg.learner().popart()) {
+    if (PopArtOn(cfg)) {
       t["popart_mean"] = ts.popart_mean();
       t["popart_scale"] = ts.popart_scale();
     }
@@ -168,6 +168,75 @@ std::pair<double, double> Views::NormalisedAggregate(const Core& c) {
     if (!std::isnan(norm)) v.push_back(norm);
   }
   return wire::MeanAndMedian(std::move(v));
+}
+
+EvaluationView Views::Evaluation(const Core& c, const wire::EvaluationReport& r) {
+  EvaluationView v;
+  const auto& cfg = c.cfg_;
+  const bool suite = cfg.tasks_size() > 0;
+  nlohmann::json tasks = nlohmann::json::object();
+  std::vector<double> normalised;
+  double sum = 0;
+  int n = 0, episodes = 0, capped = 0;
+  for (const auto& t : r.tasks()) {
+    if (t.task() < 0 || t.task() >= wire::NumTasks(cfg)) continue;
+    const std::string name = wire::TaskName(cfg, t.task());
+    nlohmann::json one = {{"eval_return_mean", t.return_mean()},
+                          {"eval_return_std", t.return_std()},
+                          {"episodes", t.episodes()},
+                          {"capped", t.capped()},
+                          {"mean_episode_length", t.mean_episode_length()}};
+    if (suite) {
+      const double norm = wire::NormalisedScore(cfg.tasks(t.task()), t.return_mean());
+      if (!std::isnan(norm)) {
+        one["eval_normalised_score"] = norm;
+        normalised.push_back(norm);
+        v.scalars.emplace_back("eval/" + name + "/normalised_score", norm);
+      }
+      v.scalars.emplace_back("eval/" + name + "/return_mean", t.return_mean());
+    }
+    tasks[name] = one;
+    sum += t.return_mean();
+    ++n;
+    episodes += t.episodes();
+    capped += t.capped();
+  }
+  const double mean = n > 0 ? sum / n : 0;
+  v.event = {{"round", r.round()},
+             {"env_frames", r.env_frames()},
+             {"policy_version", r.policy_version()},
+             {"greedy", r.greedy()},
+             {"seconds", r.seconds()},
+             {"episodes", episodes},
+             {"capped", capped},
+             {"tasks", tasks}};
+  char buf[512];
+  if (suite) {
+    const auto [norm_mean, norm_median] = wire::MeanAndMedian(std::move(normalised));
+    if (!std::isnan(norm_mean)) {
+      v.event["eval_normalised_mean"] = norm_mean;
+      v.event["eval_normalised_median"] = norm_median;
+      v.scalars.emplace_back("eval/normalised_mean", norm_mean);
+      v.scalars.emplace_back("eval/normalised_median", norm_median);
+    }
+    std::snprintf(buf, sizeof buf, "norm.score mean %.3f median %.3f over %d tasks", norm_mean, norm_median, n);
+  } else {
+    // One task: its return (a suite's raw returns have different scales: no mean of them).
+    v.event["eval_return_mean"] = mean;
+    v.event["eval_return_std"] = n > 0 ? r.tasks(0).return_std() : 0;
+    v.scalars.emplace_back("eval/return_mean", mean);
+    std::snprintf(buf, sizeof buf, "return %s +- %s", FormatTarget(std::round(mean * 1000) / 1000).c_str(),
+                  FormatTarget(std::round(v.event["eval_return_std"].get<double>() * 1000) / 1000).c_str());
+  }
+  char line[768];
+  std::snprintf(line, sizeof line,
+                "stampede: evaluation %lld at %s frames (policy version %lld, %s, %d episodes%s, %.1f s): %s\n",
+                (long long)r.round(), Human(double(r.env_frames())).c_str(), (long long)r.policy_version(),
+                r.greedy() ? "greedy" : "sampled", episodes,
+                capped > 0 ? (", " + std::to_string(capped) + " cut at evaluation.max_steps").c_str() : "",
+                r.seconds(), buf);
+  v.line = line;
+  return v;
 }
 
 namespace {
@@ -342,6 +411,7 @@ nlohmann::json Views::Summary(const Core& c, double fps) {
     summary["ps"] = PsJson(c.figures_.ps);
   }
   summary["restarts"] = c.role_restarts_;
+  if (!c.last_eval_.is_null()) summary["evaluation"] = c.last_eval_;
   if (cfg.tasks_size() > 0) {
     summary.erase("mean_return_100");  // over a mix of scales: meaningless in a suite
     const auto [mean, median] = NormalisedAggregate(c);

@@ -18,7 +18,16 @@ struct ProgressRow {
   Scalars scalars;  // TensorBoard, env frames as the step
 };
 
+// An evaluation round as the coordinator writes it: the metrics.jsonl event's fields,
+// TensorBoard scalars (eval/...) and the console line.
+struct EvaluationView {
+  nlohmann::json event;
+  Scalars scalars;
+  std::string line;
+};
+
 struct Views {
+  static EvaluationView Evaluation(const Core& c, const wire::EvaluationReport& r);
   static ProgressRow Progress(const Core& c, Clock::time_point now);
   static nlohmann::json Summary(const Core& c, double frames_per_second);
   // "stampede: done in ..." and, for a suite, the per-task table.
