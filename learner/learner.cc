@@ -15,7 +15,7 @@ LossOptions LossOptionsFrom(const config::Config& cfg) {
   lo.bootstrap_on_truncation = lc.bootstrap_on_truncation();
   lo.reward_clip = lc.reward_clip();
   lo.reward_scale = lc.reward_scale();
-  lo.popart = lc.popart();
+  lo.popart = PopArtOn(cfg);
   lo.normalize_advantages = lc.normalize_advantages();
   if (lc.replay().fraction() > 0) {
     lo.entropy_online_only = lc.replay().entropy_online_only();
@@ -87,7 +87,7 @@ bool Learner::Start(std::string* error) {
     m.tasks.assign(size_t(m.num_tasks), {});
   }
   m.action_limits = wire::TaskActionLimits(m.cfg);
-  if (m.cfg.learner().popart()) m.popart = PopArtSlotsOf(m.layout);
+  if (PopArtOn(m.cfg)) m.popart = PopArtSlotsOf(m.layout);
   m.params.assign(m.layout.total_size(), 0.f);
   m.grad.assign(m.layout.total_size(), 0.f);
   m.rms = std::make_unique<Optimizer>(m.layout.total_size(), net::OptimizerHyperFromConfig(m.cfg.learner().optimizer()));

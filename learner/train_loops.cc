@@ -58,6 +58,8 @@ void Learner::Impl::TrainLoop() {
       update_ratio = UpdateToParamRatio(before, params);
       st.total = gs.total, st.pg_loss = gs.pg_loss, st.baseline_loss = gs.baseline_loss;
       st.entropy = gs.entropy;
+      st.explained_variance = gs.explained_variance, st.approx_kl = gs.approx_kl;
+      st.rho_clip_fraction = gs.rho_clip_fraction;
       norm = gs.grad_norm;
     } else {
       {

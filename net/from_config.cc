@@ -22,8 +22,11 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
   spec.activation = cfg.net().activation() == "tanh" ? Activation::kTanh : Activation::kRelu;
   spec.fc_size = cfg.net().fc_size();
   spec.lstm_size = cfg.net().lstm_size();
-  spec.popart = cfg.learner().popart();
+  spec.popart = PopArtOn(cfg);
   spec.center_frames = cfg.net().center_frames();
+  spec.init = cfg.net().init();
+  spec.policy_init_scale =
+      cfg.net().has_policy_init_scale() ? cfg.net().policy_init_scale() : (spec.init == "torch" ? 1.0 : 0.01);
   spec.num_values = spec.popart ? wire::NumTasks(cfg) : 1;
   switch (shape.action_kind) {
     case wire::ActionKind::kDiscrete:

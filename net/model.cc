@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 #include <stdexcept>
 
@@ -251,6 +252,12 @@ std::string ModelSpec::Check() const {
     return "net.torso: \"" + torso +
            "\" is not known, expected \"mlp\", \"shallow_cnn\", \"deep_resnet\" or \"small_cnn\"";
   }
+  if (init != "glorot" && init != "torch" && init != "orthogonal") {
+    return "net.init: \"" + init + "\" is not known, expected \"glorot\", \"torch\" or \"orthogonal\"";
+  }
+  if (!(policy_init_scale > 0 && policy_init_scale <= 100)) {
+    return "net.policy_init_scale: " + std::to_string(policy_init_scale) + " is outside (0, 100]";
+  }
   if (obs_shape.empty() || obs_size() <= 0) return "the observation shape is empty";
   if (IsCnn(torso) && obs_shape.size() != 2 && obs_shape.size() != 3) {
     return "net.torso \"" + torso + "\" takes image observations ([H, W] or [C, H, W]), but the "
@@ -278,6 +285,40 @@ std::string ModelSpec::Check() const {
 
 ParamLayout ModelLayout(const ModelSpec& spec) { return CpuModel<float>(spec).layout(); }
 
+namespace {
+// A matrix of `rows` x `cols` (row-major) with orthonormal rows (rows <= cols) or columns
+// (rows > cols), times `gain`: Gram-Schmidt on Gaussian vectors, as torch.nn.init.orthogonal_.
+std::vector<double> Orthogonal(int rows, int cols, double gain, std::mt19937_64& rng) {
+  const bool transpose = rows > cols;
+  const int n = transpose ? cols : rows, m = transpose ? rows : cols;  // n vectors of length m, n <= m
+  std::normal_distribution<double> normal(0, 1);
+  std::vector<double> q(size_t(n) * m);
+  for (auto& x : q) x = normal(rng);
+  for (int i = 0; i < n; ++i) {
+    double* v = &q[size_t(i) * m];
+    for (int pass = 0; pass < 2; ++pass) {  // twice: orthogonal to float precision
+      for (int j = 0; j < i; ++j) {
+        const double* u = &q[size_t(j) * m];
+        double dot = 0;
+        for (int k = 0; k < m; ++k) dot += v[k] * u[k];
+        for (int k = 0; k < m; ++k) v[k] -= dot * u[k];
+      }
+    }
+    double norm = 0;
+    for (int k = 0; k < m; ++k) norm += v[k] * v[k];
+    norm = std::sqrt(norm);
+    for (int k = 0; k < m; ++k) v[k] /= norm;
+  }
+  std::vector<double> out(size_t(rows) * cols);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      out[size_t(r) * cols + c] = gain * (transpose ? q[size_t(c) * m + r] : q[size_t(r) * m + c]);
+    }
+  }
+  return out;
+}
+}  // namespace
+
 void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params) {
   const ParamLayout layout = ModelLayout(spec);
   if (int64_t(params.size()) != layout.total_size()) {
@@ -286,10 +327,26 @@ void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params) {
   }
   std::mt19937_64 rng(seed);
   std::fill(params.begin(), params.end(), 0.f);
+  // Each weight tensor's fan-in (and the bias it feeds): PyTorch's bias bound is its layer's.
+  std::map<std::string, double> fan_in_of_layer;
+  for (const auto& t : layout.tensors()) {
+    if (t.shape.size() == 2) fan_in_of_layer[t.name.substr(0, t.name.rfind('/'))] = t.shape[0];
+    if (t.shape.size() == 4) fan_in_of_layer[t.name.substr(0, t.name.rfind('/'))] = double(t.shape[1]) * t.shape[2] * t.shape[3];
+  }
   for (const auto& t : layout.tensors()) {
     if (t.name == "popart/stats") {  // mean 0, scale 1
       for (int k = 0; k < t.shape[1]; ++k) params[t.offset + t.shape[1] + k] = 1.f;
       continue;
+    }
+    const bool policy = t.name == "policy/w";
+    if (t.shape.size() == 1 && spec.init == "torch" && t.name != "policy/log_std" && t.name != "core/b") {
+      // PyTorch: a layer's bias uniform in +-1/sqrt(fan_in) of its weights.
+      const auto it = fan_in_of_layer.find(t.name.substr(0, t.name.rfind('/')));
+      if (it != fan_in_of_layer.end() && it->second > 0) {
+        const double bound = 1.0 / std::sqrt(it->second) * (t.name == "policy/b" ? spec.policy_init_scale : 1.0);
+        std::uniform_real_distribution<double> u(-bound, bound);
+        for (int64_t i = 0; i < t.size; ++i) params[t.offset + i] = static_cast<float>(u(rng));
+      }
     }
     if (t.name == "core/b") {  // forget gates start open
       const int H = t.shape[0] / 4;
@@ -297,16 +354,34 @@ void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params) {
       continue;
     }
     double fan_in = 0, fan_out = 0;
-    if (t.shape.size() == 2) {
+    int rows = 0, cols = 0;  // the matrix orthogonal init works on: [out, in...]
+    if (t.shape.size() == 2) {  // dense [in, out]
       fan_in = t.shape[0], fan_out = t.shape[1];
-    } else if (t.shape.size() == 4) {
+    } else if (t.shape.size() == 4) {  // conv [out, in, kh, kw]
       const double area = double(t.shape[2]) * t.shape[3];
       fan_in = t.shape[1] * area, fan_out = t.shape[0] * area;
     } else {
-      continue;  // biases and log-std stay zero
+      continue;  // biases and log-std
     }
-    double limit = std::sqrt(6.0 / (fan_in + fan_out));
-    if (t.name == "policy/w") limit *= 0.01;
+    const double scale = policy ? spec.policy_init_scale : 1.0;
+    if (spec.init == "orthogonal") {
+      // Dense [in, out]: a weight is w[i * out + o]; torch's matrix is [out, in].
+      const bool dense = t.shape.size() == 2;
+      rows = dense ? t.shape[1] : t.shape[0];
+      cols = int(t.size / rows);
+      const bool core = t.name.rfind("core/", 0) == 0;
+      const double gain = (policy || core || t.name == "baseline/w") ? 1.0 : std::sqrt(2.0);
+      const std::vector<double> q = Orthogonal(rows, cols, gain * scale, rng);
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < cols; ++c) {
+          const int64_t at = dense ? int64_t(c) * rows + r : int64_t(r) * cols + c;
+          params[t.offset + at] = static_cast<float>(q[size_t(r) * cols + c]);
+        }
+      }
+      continue;
+    }
+    double limit = spec.init == "torch" ? 1.0 / std::sqrt(fan_in) : std::sqrt(6.0 / (fan_in + fan_out));
+    limit *= scale;
     std::uniform_real_distribution<double> u(-limit, limit);
     for (int64_t i = 0; i < t.size; ++i) params[t.offset + i] = static_cast<float>(u(rng));
   }

@@ -39,6 +39,9 @@ struct ModelSpec {
   // net.center_frames: each image channel of each observation has its mean over the
   // image subtracted after scaling (no parameters; every backend does the same).
   bool center_frames = false;
+  // net.init ("glorot", "torch" or "orthogonal") and net.policy_init_scale (resolved).
+  std::string init = "glorot";
+  double policy_init_scale = 0.01;
 
   int obs_size() const;
   // Empty when the spec builds a network, else what is wrong (names the field).

@@ -171,6 +171,10 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     const auto cs = learner::ComputeLossAndGrad(*cpu, params.data(), batch, lo, c_grad.data());
     CHECK(gs.total == Approx(cs.total).epsilon(1e-3).margin(1e-3));
     CHECK(gs.entropy == Approx(cs.entropy).epsilon(1e-4));
+    // The diagnostics, as the CPU learner computes them on the same batch.
+    CHECK(gs.explained_variance == Approx(cs.explained_variance).margin(1e-3));
+    CHECK(gs.approx_kl == Approx(cs.approx_kl).margin(1e-5));
+    CHECK(gs.rho_clip_fraction == Approx(cs.rho_clip_fraction).margin(1e-9));
     const double gmax = MaxAbs(c_grad);
     for (int64_t i = 0; i < N; ++i) CHECK(g_grad[i] == Approx(c_grad[i]).margin(2e-3 * gmax));
 

@@ -466,3 +466,87 @@ TEST_CASE("models: a torso that does not fit the observation is a clear error", 
     CHECK_THAT(e.what(), Catch::Contains("takes image observations"));
   }
 }
+
+namespace {
+// The weight matrix of a tensor as torch holds it: [out, in...] (dense layers here are [in, out]).
+std::vector<std::vector<double>> TorchMatrix(const net::ParamLayout& layout, const std::vector<float>& p,
+                                             const std::string& name) {
+  const auto& t = layout.Find(name);
+  const bool dense = t.shape.size() == 2;
+  const int rows = dense ? t.shape[1] : t.shape[0];
+  const int cols = int(t.size / rows);
+  std::vector<std::vector<double>> m(static_cast<size_t>(rows), std::vector<double>(static_cast<size_t>(cols)));
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) m[size_t(r)][size_t(c)] = p[t.offset + (dense ? int64_t(c) * rows + r : int64_t(r) * cols + c)];
+  }
+  return m;
+}
+}  // namespace
+
+TEST_CASE("models: net.init orthogonal, torch and glorot start the weights as stated", "[net][init]") {
+  auto spec = Spec("shallow_cnn", {4, 84, 84}, 64, net::CategoricalPolicy(6));
+  spec.fc_size = 256;
+  const net::ParamLayout layout = net::ModelLayout(spec);
+  SECTION("orthogonal: W W^T = gain^2 I over the smaller side; the policy head at 0.01") {
+    spec.init = "orthogonal";
+    spec.policy_init_scale = 0.01;
+    std::vector<float> p(layout.total_size());
+    net::InitParams(spec, 5, p);
+    for (const auto& [name, gain] : std::vector<std::pair<std::string, double>>{
+             {"torso/conv0/w", std::sqrt(2.0)}, {"torso/fc/w", std::sqrt(2.0)}, {"core/wx", 1.0},
+             {"core/wh", 1.0}, {"baseline/w", 1.0}, {"policy/w", 0.01}}) {
+      INFO(name);
+      const auto m = TorchMatrix(layout, p, name);
+      const size_t rows = m.size(), cols = m[0].size();
+      const bool by_rows = rows <= cols;  // the smaller side is orthonormal
+      const size_t n = by_rows ? rows : cols, len = by_rows ? cols : rows;
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (size_t k = 0; k < len; ++k) dot += by_rows ? m[i][k] * m[j][k] : m[k][i] * m[k][j];
+          CHECK(dot == Approx(i == j ? gain * gain : 0.0).margin(1e-5 * gain * gain));
+        }
+      }
+    }
+    CHECK(p[layout.Find("torso/fc/b").offset] == 0.f);
+  }
+  SECTION("torch: weights and biases uniform in +-1/sqrt(fan_in), spread as a uniform's") {
+    spec.init = "torch";
+    spec.policy_init_scale = 1;
+    std::vector<float> p(layout.total_size());
+    net::InitParams(spec, 5, p);
+    for (const auto& [w, b, fan_in] : std::vector<std::tuple<std::string, std::string, double>>{
+             {"torso/conv0/w", "torso/conv0/b", 4.0 * 8 * 8}, {"torso/fc/w", "torso/fc/b", 32.0 * 9 * 9}}) {
+      INFO(w);
+      const double bound = 1 / std::sqrt(fan_in);
+      for (const std::string& name : {w, b}) {
+        const auto& t = layout.Find(name);
+        double sq = 0, most = 0;
+        for (int64_t i = 0; i < t.size; ++i) {
+          sq += double(p[t.offset + i]) * p[t.offset + i];
+          most = std::max(most, std::abs(double(p[t.offset + i])));
+        }
+        CHECK(most <= bound);
+        if (t.size >= 256) CHECK(std::sqrt(sq / double(t.size)) == Approx(bound / std::sqrt(3.0)).epsilon(0.05));
+        if (t.size >= 16) CHECK(most > 0.8 * bound);
+      }
+    }
+  }
+  SECTION("glorot: the policy head is policy_init_scale times the other layers' rule") {
+    std::vector<float> a(layout.total_size()), b(layout.total_size());
+    spec.init = "glorot";
+    spec.policy_init_scale = 0.01;
+    net::InitParams(spec, 5, a);
+    spec.policy_init_scale = 1;
+    net::InitParams(spec, 5, b);
+    const auto& t = layout.Find("policy/w");
+    for (int64_t i = 0; i < layout.total_size(); ++i) {
+      const bool head = i >= t.offset && i < t.offset + t.size;
+      if (head) {
+        CHECK(a[size_t(i)] == Approx(0.01 * b[size_t(i)]).margin(1e-9));
+      } else {
+        CHECK(a[size_t(i)] == b[size_t(i)]);
+      }
+    }
+  }
+}

@@ -261,9 +261,9 @@ bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
     const auto limits = wire::TaskActionLimits(cfg);
     const bool masked = std::any_of(limits.begin(), limits.end(),
                                     [&](int a) { return a < shape.num_actions; });
-    if (cfg.learner().popart() || masked) {
+    if (PopArtOn(cfg) || masked) {
       *error = "learner.device: \"" + device + "\": " +
-               (cfg.learner().popart() ? std::string("learner.popart") : std::string("per-task action masks (tasks with fewer actions than the suite's union)")) +
+               (PopArtOn(cfg) ? std::string("learner.popart") : std::string("per-task action masks (tasks with fewer actions than the suite's union)")) +
                " run on the CPU learner only; use learner.device: \"cpu\"";
       return false;
     }

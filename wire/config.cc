@@ -300,6 +300,13 @@ bool LoadConfig(const std::string& path, const std::vector<std::string>& overrid
   return ValidateConfig(*out, error);
 }
 
+bool PopArtOn(const config::Config& cfg) {
+  const config::LearnerConfig& lc = cfg.learner();
+  // Unset: on where PopArt runs (the CPU learner in relay mode), so a config that names
+  // only an env learns whatever its reward scale (README, "Library defaults").
+  return lc.has_popart() ? lc.popart() : lc.update_mode() == "relay" && lc.device() == "cpu";
+}
+
 std::string BindEndpoint(const config::Config& cfg, const std::string& endpoint) {
   if (!cfg.cluster().bind_any()) return endpoint;
   const size_t colon = endpoint.rfind(':');

@@ -74,6 +74,9 @@ std::string LearnerEndpoint(const config::Config& cfg, int learner);
 std::string InferenceEndpoint(const config::Config& cfg, int learner);
 // The learner actor `actor` sends to (actor % learner.num_learners).
 int LearnerOfActor(const config::Config& cfg, int actor);
+// learner.popart as the run uses it: the field where the config sets it, else on for the
+// CPU learner in relay mode (where PopArt runs).
+bool PopArtOn(const config::Config& cfg);
 // True where PS shards own the optimizer (learner.update_mode "sync" or "async").
 bool ShardsOwnOptimizer(const config::Config& cfg);
 

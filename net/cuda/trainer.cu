@@ -97,12 +97,14 @@ __global__ void AdvantageMoments(int TB, const uint8_t* valid, const float* pg_a
   atomicAdd(&moments[2], 1.0);
 }
 
-// stats: [pg_loss, baseline_loss (before the cost), entropy sum, counted]; moments: the
+// stats: [pg_loss, baseline_loss (before the cost), entropy sum, counted]; diag (the
+// learner's diagnostics, as learner/loss.cc's Diagnose sums them): [sum vs, sum vs^2,
+// sum err, sum err^2, sum (rho - 1) - log rho, steps with rho > rho-bar]; moments: the
 // advantages' (AdvantageMoments) to standardise them, or null.
 __global__ void LossKernel(int TB, int B, LossParams lp, const float* policy, const float* values,
                            const int32_t* actions, const float* box_actions, const uint8_t* valid,
-                           const float* vs, const float* pg_adv, const double* moments, float* dpolicy,
-                           float* dvalues, double* stats) {
+                           const float* vs, const float* pg_adv, const float* log_rhos, double rho_bar,
+                           const double* moments, float* dpolicy, float* dvalues, double* stats, double* diag) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   const int P = lp.policy.output_size(), K = lp.policy.action_size();
   if (i >= TB + B) return;
@@ -122,6 +124,13 @@ __global__ void LossKernel(int TB, int B, LossParams lp, const float* policy, co
   atomicAdd(&stats[1], 0.5 * err * err);
   atomicAdd(&stats[2], PolicyEntropy(lp.policy, out));
   atomicAdd(&stats[3], 1.0);
+  const double v = vs[i], log_rho = log_rhos[i], rho = exp(log_rho);
+  atomicAdd(&diag[0], v);
+  atomicAdd(&diag[1], v * v);
+  atomicAdd(&diag[2], err);
+  atomicAdd(&diag[3], err * err);
+  atomicAdd(&diag[4], (rho - 1) - log_rho);
+  if (rho_bar > 0 && rho > rho_bar) atomicAdd(&diag[5], 1.0);
   PolicyGrad(lp.policy, out, a, -adv, -lp.entropy_cost, dz);
   dvalues[i] = float(lp.baseline_cost * err);
 }
@@ -173,8 +182,9 @@ class CudaTrainer : public Trainer {
     first_.Resize(rows_);
     const int64_t TB = int64_t(T) * B;
     log_rhos_.Resize(TB), discounts_.Resize(TB), rewards_.Resize(TB), vs_.Resize(TB), pg_adv_.Resize(TB);
-    stats_.Resize(8);  // loss stats [0, 4), gradient norm [4], advantage moments [5, 8)
-    STAMPEDE_CUDA_CHECK(cudaMallocHost(&host_stats_, 5 * sizeof(double)));
+    // loss stats [0, 4), gradient norm [4], advantage moments [5, 8), diagnostics [8, 14)
+    stats_.Resize(kStats);
+    STAMPEDE_CUDA_CHECK(cudaMallocHost(&host_stats_, kStats * sizeof(double)));
     // The staged batch: one packed buffer, pinned on the host, twice on the device.
     const size_t obs_bytes = size_t(rows_) * D * (spec_.uint8_obs ? 1 : 4);
     Add(&off_.obs, obs_bytes);
@@ -273,7 +283,7 @@ class CudaTrainer : public Trainer {
     ClipAndUpdate<<<Blocks(N), 256, 0, ctx_.stream>>>(params_.get(), ms_.get(), mom_.get(), grad_.get(), N,
                                                        stats_.get() + 4, opt_.max_grad_norm, opt_.optimizer,
                                                        MakeOptimizerStep(opt_.optimizer, lr, step));
-    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), 5 * sizeof(double), cudaMemcpyDeviceToHost,
+    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), kStats * sizeof(double), cudaMemcpyDeviceToHost,
                                         ctx_.stream));
   }
 
@@ -289,7 +299,7 @@ class CudaTrainer : public Trainer {
     const int64_t N = layout_.total_size();
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 4, 0, sizeof(double), ctx_.stream));
     SquaredNorm<<<256, 256, 0, ctx_.stream>>>(grad_.get(), N, stats_.get() + 4);
-    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), 5 * sizeof(double), cudaMemcpyDeviceToHost,
+    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), kStats * sizeof(double), cudaMemcpyDeviceToHost,
                                         ctx_.stream));
     StepStats st = Finish();
     const int P = spec_.policy.output_size();
@@ -431,6 +441,7 @@ class CudaTrainer : public Trainer {
     VTraceKernel<<<Blocks(B, 64), 64, 0, ctx_.stream>>>(T, B, opt_.clips, log_rhos_.get(), discounts_.get(),
                                                         rewards_.get(), values_.get(), vs_.get(), pg_adv_.get());
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get(), 0, 4 * sizeof(double), ctx_.stream));
+    STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 8, 0, 6 * sizeof(double), ctx_.stream));
     const double* moments = nullptr;
     if (opt_.normalize_advantages) {
       STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 5, 0, 3 * sizeof(double), ctx_.stream));
@@ -438,8 +449,9 @@ class CudaTrainer : public Trainer {
       moments = stats_.get() + 5;
     }
     LossKernel<<<Blocks(TB + B), 256, 0, ctx_.stream>>>(TB, B, lp, policy_.get(), values_.get(), actions, box, valid,
-                                                        vs_.get(), pg_adv_.get(), moments, dpolicy_.get(),
-                                                        dvalues_.get(), stats_.get());
+                                                        vs_.get(), pg_adv_.get(), log_rhos_.get(), opt_.clips.rho,
+                                                        moments, dpolicy_.get(), dvalues_.get(), stats_.get(),
+                                                        stats_.get() + 8);
     // Backward, through two scratch buffers wide enough for any layer's input.
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(grad_.get(), 0, sizeof(float) * layout_.total_size(), ctx_.stream));
     const int F = feature_;
@@ -486,6 +498,15 @@ class CudaTrainer : public Trainer {
     st.entropy = host_stats_[3] > 0 ? host_stats_[2] / host_stats_[3] : 0;
     st.total = st.pg_loss + st.baseline_loss - opt_.entropy_cost * host_stats_[2];
     st.grad_norm = std::sqrt(host_stats_[4]);
+    // The diagnostics, as learner/loss.cc's Diagnose computes them on the CPU.
+    const double n = host_stats_[3], *d = host_stats_ + 8;
+    if (n > 0) {
+      const double var_vs = d[1] / n - (d[0] / n) * (d[0] / n);
+      const double var_err = d[3] / n - (d[2] / n) * (d[2] / n);
+      st.explained_variance = var_vs > 1e-12 ? 1.0 - var_err / var_vs : 0.0;
+      st.approx_kl = d[4] / n;
+      st.rho_clip_fraction = d[5] / n;
+    }
     return st;
   }
 
@@ -512,6 +533,7 @@ class CudaTrainer : public Trainer {
   DeviceArray<uint8_t> staged_[2];
   cudaEvent_t copied_[2]{}, consumed_[2]{};
   int next_slot_ = 0, current_slot_ = -1;
+  static constexpr int kStats = 14;
   double* host_stats_ = nullptr;
 };
 
