@@ -187,6 +187,26 @@ TEST_CASE("fleet: CartPole with the shipped config (replay) reaches 475 within 0
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
 
+TEST_CASE("fleet: a config of only CartPole learns it with the library's defaults (PopArt on)", "[fleet][defaults]") {
+  // Only the env: the default learner (PopArt on the CPU relay learner) reached 475 at
+  // 362k-541k frames in 3 of 3 seeds here, and without PopArt at 711k and 845k in 2 of 3.
+  const std::string cfg = WriteConfig("cartpole_only", "env { name: \"CartPole-v1\" }\n"
+                                                        "stop { total_env_frames: 1000000 target_return: 475 }\n");
+  std::string run_dir;
+  RunReachingTarget("cartpole_only", {"run", cfg, "--set", "stop.stop_at_target=true"}, std::chrono::seconds(120),
+                    1000000, &run_dir);
+  // PopArt was on: its statistics are in the rows and moved from their start (mean 0, scale 1).
+  double scale = 1;
+  for (const auto& r : Metrics(run_dir)) {
+    if (r.contains("event") || !r.contains("tasks") || !r["tasks"].contains("CartPole-v1")) continue;
+    const auto& t = r["tasks"]["CartPole-v1"];
+    REQUIRE(t.contains("popart_scale"));
+    scale = t["popart_scale"].get<double>();
+  }
+  CHECK(scale > 2.0);  // returns of up to ~100 at discount 0.99
+  CheckNoneLeft(Spawned(Metrics(run_dir)));
+}
+
 TEST_CASE("fleet: stampede sweep runs every grid point x seed and tabulates them", "[fleet][sweep]") {
   const std::string dir = FreshRunDir("sweep");
   Proc p = Start({"sweep", "configs/catch.textproto", "--grid", "learner.batch_size=8,16", "--seeds", "2", "--parallel",
@@ -267,12 +287,15 @@ TEST_CASE("fleet: Acrobot (shipped config) reaches -100 within 0.5M frames", "[f
 
 TEST_CASE("fleet: the Atari learnability probe (Pong pixels, paddle level with the ball) is learnt", "[fleet][python][atari]") {
   // configs/probe_pong_track.textproto: real ALE frames as the Atari configs see them; a
-  // random policy scores about 25, one that follows the ball about 180. The target (100)
-  // was reached at 0.98M frames here; without net.center_frames the return stays near 22
-  // for 2.4M frames (README, "Atari: why Pong did not learn").
+  // random policy scores about 25, one that follows the ball about 180. The config's
+  // target (100) was reached at 0.98-1.07M frames here; this test asks for 60, reached at
+  // 0.71-0.83M in the same runs (CI time), while without net.center_frames the return
+  // stays near 22 for 2.4M frames (README, "Atari: why Pong did not learn").
   RequireVenv("gymnasium, ale_py");
   std::string run_dir;
-  RunReachingTarget("probe", {"run", "configs/probe_pong_track.textproto", "--set", "stop.stop_at_target=true"},
+  RunReachingTarget("probe",
+                    {"run", "configs/probe_pong_track.textproto", "--set", "stop.stop_at_target=true", "--set",
+                     "stop.target_return=60"},
                     std::chrono::seconds(600), 2500000, &run_dir);
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
