@@ -48,15 +48,18 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
   CHECK(roles["ps"] == 2);
   CHECK(roles["evaluator"] == 1);
   // Evaluation: a round per 100k frames and a final one, in order, each of 20 episodes of
-  // the newest parameters; the last one scores what a trained Catch policy scores.
+  // the newest parameters; the last one scores what a trained Catch policy scores. At
+  // 150k frames/s rounds come due every 0.7 s: one asked for while the evaluator still had
+  // the one before is folded into the next (it runs the newest request), so rounds only
+  // increase.
   std::vector<json> evals;
   for (const auto& r : rows) {
     if (r.value("event", "") == "evaluation") evals.push_back(r);
   }
-  REQUIRE(evals.size() >= 3);
+  REQUIRE(evals.size() >= 2);
   for (size_t i = 0; i < evals.size(); ++i) {
     INFO(evals[i].dump());
-    CHECK(evals[i]["round"].get<long long>() == (long long)(i + 1));
+    if (i > 0) CHECK(evals[i]["round"].get<long long>() > evals[i - 1]["round"].get<long long>());
     CHECK(evals[i]["episodes"] == 20);
     CHECK(evals[i]["tasks"]["Catch"]["episodes"] == 20);
     CHECK(evals[i]["eval_return_mean"].get<double>() >= -1.0);
