@@ -5,13 +5,18 @@
 #     learner.replay.fraction BENCH_REPLAY (0.5);
 #   - CartPole (configs/cartpole.textproto): frames to 475, 5 seeds;
 #   - Acrobot (configs/acrobot.textproto): 0.5M frames, frames to -100, 3 seeds;
-#   - Atari Pong (configs/atari_pong.textproto): PONG_FRAMES (20M) frames, 1 seed, frames to 18.
+#   - Atari Pong (configs/atari_pong.textproto): PONG_FRAMES (10M) frames, PONG_SEEDS (3)
+#     seeds, frames and wall-clock seconds to 18;
+#   - Atari Breakout (configs/atari_breakout.textproto): BREAKOUT_FRAMES (10M) frames, 1 seed;
+#   - defaults: configs of only an env (Acrobot-v1 to -120, CartPole-v1 to 475, 1M frames,
+#     3 seeds) with learner.popart off and on (the library's default now).
 # Each part is a `stampede sweep` under BENCH_DIR (runs/bench-learning-<time>); then
 # tools/bench_learning_report.py writes BENCH_DIR/learning.md (mean +- std beside the
 # MinAtar paper's DQN and AC(lambda) at 5M frames, CleanRL's PPO on CartPole and Pong) and
 # learning.png (the curves, the published figures as reference lines).
-#   tools/bench_learning.sh [minatar] [cartpole] [acrobot] [pong]     (default: all four)
-# BENCH_GAMES limits MinAtar to some games ("breakout seaquest"). About 6 hours here.
+#   tools/bench_learning.sh [minatar] [cartpole] [acrobot] [pong] [breakout] [defaults]
+# (default: all). BENCH_GAMES limits MinAtar to some games ("breakout seaquest"). About 10
+# hours here, Pong's 3 x 10M frames 3 of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH_DIR=${BENCH_DIR:-runs/bench-learning-$(date +%Y%m%d-%H%M%S)}
@@ -19,9 +24,11 @@ BENCH_FRAMES=${BENCH_FRAMES:-5000000}
 BENCH_SEEDS=${BENCH_SEEDS:-3}
 BENCH_REPLAY=${BENCH_REPLAY:-0.5}
 BENCH_GAMES=${BENCH_GAMES:-breakout asterix freeway seaquest space_invaders}
-PONG_FRAMES=${PONG_FRAMES:-20000000}
+PONG_FRAMES=${PONG_FRAMES:-10000000}
+PONG_SEEDS=${PONG_SEEDS:-3}
+BREAKOUT_FRAMES=${BREAKOUT_FRAMES:-10000000}
 parts=("$@")
-[ ${#parts[@]} -eq 0 ] && parts=(minatar cartpole acrobot pong)
+[ ${#parts[@]} -eq 0 ] && parts=(minatar cartpole acrobot pong breakout defaults)
 bin=build/tools/stampede
 [ -x "$bin" ] || tools/build.sh
 mkdir -p "$BENCH_DIR"
@@ -39,9 +46,22 @@ for part in "${parts[@]}"; do
     acrobot)
       "$bin" sweep configs/acrobot.textproto --seeds 3 --target -100 --dir "$BENCH_DIR/acrobot" || true ;;
     pong)
-      "$bin" sweep configs/atari_pong.textproto --seeds 1 --set "stop.total_env_frames=$PONG_FRAMES" \
+      "$bin" sweep configs/atari_pong.textproto --seeds "$PONG_SEEDS" --set "stop.total_env_frames=$PONG_FRAMES" \
         --target 18 --dir "$BENCH_DIR/pong" || true ;;
-    *) echo "bench_learning: unknown part $part (minatar, cartpole, acrobot, pong)" >&2; exit 2 ;;
+    breakout)
+      "$bin" sweep configs/atari_breakout.textproto --seeds 1 --set "stop.total_env_frames=$BREAKOUT_FRAMES" \
+        --dir "$BENCH_DIR/breakout" || true ;;
+    defaults)
+      mkdir -p "$BENCH_DIR/configs"
+      printf 'env { gym_id: "Acrobot-v1" }\nstop { total_env_frames: 1000000 target_return: -120 }\n' \
+        > "$BENCH_DIR/configs/acrobot_only.textproto"
+      printf 'env { name: "CartPole-v1" }\nstop { total_env_frames: 1000000 target_return: 475 }\n' \
+        > "$BENCH_DIR/configs/cartpole_only.textproto"
+      for env in acrobot cartpole; do
+        "$bin" sweep "$BENCH_DIR/configs/${env}_only.textproto" --grid learner.popart=false,true --seeds 3 \
+          --dir "$BENCH_DIR/defaults-$env" || true
+      done ;;
+    *) echo "bench_learning: unknown part $part (minatar, cartpole, acrobot, pong, breakout, defaults)" >&2; exit 2 ;;
   esac
 done
 py=.venv/bin/python

@@ -106,13 +106,38 @@ if rows:
         curves.append(("acrobot", "shipped", curve(r["run_dir"]), [CLEANRL_ACROBOT]))
 rows = runs("pong")
 if rows:
-    r = rows[0]
-    ftt = r["summary"].get("frames_to_target", -1)
     lines += ["", "## Atari Pong", "",
-              f"Final {r['final_return_100']}, best {r['best_return_100']} at {r['env_frames']} frames; "
-              f"frames to 18: {ftt if ftt and ftt > 0 else 'not reached'}. CleanRL PPO: "
+              "| seed | final | best | frames | frames to 18 | seconds to 18 | frames/s |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ftt, sec = r["summary"].get("frames_to_target", -1), r["summary"].get("seconds_to_target", -1)
+        lines.append(f"| {r.get('seed', '')} | {r['final_return_100']} | {r['best_return_100']} | {r['env_frames']} | "
+                     f"{ftt if ftt and ftt > 0 else 'not reached'} | {f'{sec:.0f}' if ftt and ftt > 0 else '-'} | "
+                     f"{r.get('frames_per_s', '')} |")
+        curves.append(("pong", "shipped", curve(r["run_dir"]), [s for _, s in CLEANRL_PONG]))
+    frames, reached = reached_target(rows)
+    lines += ["", f"Frames to 18: {frames}, reached in {reached} of {len(rows)} seeds. IMPALA's peers pass 0 at "
+              "about 8-12M frames (TorchBeast run with IMPALA's settings, Cleanba); CleanRL PPO: "
               + ", ".join(f"{s} at {f / 1e6:.0f}M" for f, s in CLEANRL_PONG) + "."]
-    curves.append(("pong", "shipped", curve(r["run_dir"]), [s for _, s in CLEANRL_PONG]))
+rows = runs("breakout")
+if rows:
+    r = rows[0]
+    lines += ["", "## Atari Breakout", "",
+              f"Final {r['final_return_100']}, best {r['best_return_100']} at {r['env_frames']} frames."]
+    curves.append(("breakout", "shipped", curve(r["run_dir"]), []))
+for env, target in (("acrobot", -120), ("cartpole", 475)):
+    rows = runs(f"defaults-{env}")
+    if not rows:
+        continue
+    lines += ["", f"## {env}, a config of only the env (1M frames): PopArt off and on", "",
+              f"| learner.popart | final | frames to {target} | reached |", "|---|---|---|---|"]
+    for setting in ("false", "true"):
+        sel = [r for r in rows if r.get("learner.popart") == setting]
+        if sel:
+            frames, reached = reached_target(sel)
+            lines.append(f"| {setting} | {stats([num(r['final_return_100']) for r in sel])} | {frames} | "
+                         f"{reached} of {len(sel)} |")
+            for r in sel:
+                curves.append((f"{env} (env only)", f"popart {setting}", curve(r["run_dir"]), [target]))
 with open(os.path.join(bench, "learning.md"), "w") as f:
     f.write("\n".join(lines) + "\n")
 print("\n".join(lines))
