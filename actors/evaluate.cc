@@ -38,7 +38,7 @@ void GreedyAction(const net::PolicyShape& pol, const float* out, float* a) {
 }  // namespace
 
 struct EpisodeRunner::Impl {
-  int task = 0, E = 1, A = 0, S = 0, K = 0, limit = 0;
+  int E = 1, A = 0, S = 0, K = 0, limit = 0;
   wire::StepShape shape, task_shape;  // the network's (joint) and the task's own
   std::unique_ptr<net::Model<float>> net;
   std::unique_ptr<envs::VectorEnv> env;
@@ -52,7 +52,6 @@ const net::ParamLayout& EpisodeRunner::layout() const { return impl_->net->layou
 std::unique_ptr<EpisodeRunner> EpisodeRunner::Create(const config::Config& cfg, int task, int num_envs,
                                                      std::string* error) {
   auto m = std::make_unique<Impl>();
-  m->task = task;
   m->E = std::max(1, num_envs);
   if (!ResolvedStepShape(cfg, &m->shape, error)) return nullptr;
   m->net = net::MakeModelFromConfig(cfg, m->shape, error);
@@ -254,8 +253,7 @@ int RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop) 
     rep.set_env_frames(frames);
     rep.set_policy_version(version);
     rep.set_greedy(ev.greedy());
-    bool ok = true;
-    for (int t = 0; t < num_tasks && ok; ++t) {
+    for (int t = 0; t < num_tasks; ++t) {
       const std::string activity =
           "evaluating round " + std::to_string(round) + " (task " + wire::TaskName(cfg, t) + ")";
       EpisodeOptions opt;

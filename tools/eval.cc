@@ -6,13 +6,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "actors/evaluate.h"
-#include "envs/vector_env.h"
 #include "learner/checkpoint.h"
-#include "net/distribution.h"
 #include "net/from_config.h"
 #include "tools/coordinator.h"
 #include "tools/spec.h"
