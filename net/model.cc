@@ -317,6 +317,20 @@ std::vector<double> Orthogonal(int rows, int cols, double gain, std::mt19937_64&
   }
   return out;
 }
+// A weight tensor's fan-in and fan-out (dense [in, out], conv [out, in, kh, kw]); false
+// for anything else (biases, log-std, PopArt's statistics).
+bool Fans(const TensorInfo& t, double* fan_in, double* fan_out) {
+  if (t.shape.size() == 2) {
+    *fan_in = t.shape[0], *fan_out = t.shape[1];
+    return true;
+  }
+  if (t.shape.size() == 4) {
+    const double area = double(t.shape[2]) * t.shape[3];
+    *fan_in = t.shape[1] * area, *fan_out = t.shape[0] * area;
+    return true;
+  }
+  return false;
+}
 }  // namespace
 
 void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params) {
@@ -330,8 +344,8 @@ void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params) {
   // Each weight tensor's fan-in (and the bias it feeds): PyTorch's bias bound is its layer's.
   std::map<std::string, double> fan_in_of_layer;
   for (const auto& t : layout.tensors()) {
-    if (t.shape.size() == 2) fan_in_of_layer[t.name.substr(0, t.name.rfind('/'))] = t.shape[0];
-    if (t.shape.size() == 4) fan_in_of_layer[t.name.substr(0, t.name.rfind('/'))] = double(t.shape[1]) * t.shape[2] * t.shape[3];
+    double fan_in = 0, fan_out = 0;
+    if (Fans(t, &fan_in, &fan_out)) fan_in_of_layer[t.name.substr(0, t.name.rfind('/'))] = fan_in;
   }
   for (const auto& t : layout.tensors()) {
     if (t.name == "popart/stats") {  // mean 0, scale 1
@@ -354,21 +368,14 @@ void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params) {
       continue;
     }
     double fan_in = 0, fan_out = 0;
-    int rows = 0, cols = 0;  // the matrix orthogonal init works on: [out, in...]
-    if (t.shape.size() == 2) {  // dense [in, out]
-      fan_in = t.shape[0], fan_out = t.shape[1];
-    } else if (t.shape.size() == 4) {  // conv [out, in, kh, kw]
-      const double area = double(t.shape[2]) * t.shape[3];
-      fan_in = t.shape[1] * area, fan_out = t.shape[0] * area;
-    } else {
-      continue;  // biases and log-std
-    }
+    if (!Fans(t, &fan_in, &fan_out)) continue;  // biases and log-std
     const double scale = policy ? spec.policy_init_scale : 1.0;
     if (spec.init == "orthogonal") {
       // Dense [in, out]: a weight is w[i * out + o]; torch's matrix is [out, in].
       const bool dense = t.shape.size() == 2;
-      rows = dense ? t.shape[1] : t.shape[0];
-      cols = int(t.size / rows);
+      // The matrix orthogonal init works on: [out, in...].
+      const int rows = dense ? t.shape[1] : t.shape[0];
+      const int cols = int(t.size / rows);
       const bool core = t.name.rfind("core/", 0) == 0;
       const double gain = (policy || core || t.name == "baseline/w") ? 1.0 : std::sqrt(2.0);
       const std::vector<double> q = Orthogonal(rows, cols, gain * scale, rng);
