@@ -5,7 +5,10 @@
 #   Sample Factory: APPO, async, 2 workers x 8 envs, double-buffered sampling
 #     (worker_num_splits 2), its IMPALA shallow CNN + FC 256 (convnet_impala), no RNN,
 #     batch 256, rollout 32, on the CPU, PyPI's PyTorch.
-#   Stampede: `stampede run configs/atari_pong.textproto` (plus any --set given).
+#   Stampede: `stampede run configs/atari_pong.textproto` with replay off and batch 16
+#     (each frame trained on once, as Sample Factory's single epoch; the shipped config
+#     replays half of every batch, which halves its learner-bound frames/s), plus any
+#     --set given (later ones win).
 # Each run lasts SECONDS; its figure is its frames/s after the first WARMUP seconds, from
 # its own frame counters (Sample Factory's "Total num frames", Stampede's progress lines),
 # with the median of its rate readings beside it. Both count ALE frames (frame skip 4).
@@ -88,7 +91,8 @@ for ((p = 1; p <= pairs; p++)); do
   read -r sf sf_median < <(rate sf "$sf_log")
   rm -rf "$out/stampede-$p"
   timeout -s INT "$seconds" "$stampede" run configs/atari_pong.textproto --run-dir "$out/stampede-$p" \
-    --set stop.total_env_frames=1000000000 "${sets[@]}" > "$st_log" 2>&1 || true
+    --set stop.total_env_frames=1000000000 --set learner.replay.fraction=0 --set learner.batch_size=16 \
+    "${sets[@]}" > "$st_log" 2>&1 || true
   sleep 5
   read -r st st_median < <(rate stampede "$st_log")
   ratio=$(awk -v a="$st" -v b="$sf" 'BEGIN {print (b > 0 ? a / b : "nan")}')
