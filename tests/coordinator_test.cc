@@ -302,6 +302,40 @@ TEST_CASE("coordinator: a learner that fails on its way out fails the run, and t
   CHECK(f.sinks.summary["exit_code"] == 1);
 }
 
+TEST_CASE("coordinator: a shard that dies after the chief's final checkpoint is said, not counted", "[coordinator]") {
+  // Two learners (sync/async: the chief's final checkpoint holds every shard's part).
+  Fixture f(TestConfig(2, 2));
+  f.launcher.Take("start");
+  f.core->RequestStop("target return reached", 0, f.t);
+  f.Exit(wire::ROLE_ACTOR, 0);
+  f.Exit(wire::ROLE_ACTOR, 1);
+  f.Exit(wire::ROLE_LEARNER, 1);
+  f.Exit(wire::ROLE_LEARNER, 0);  // exit 0: its final checkpoint is complete
+  f.Exit(wire::ROLE_PS, 0, {false, 0, 9});
+  f.Exit(wire::ROLE_PS, 1);
+  CHECK(f.core->finished());
+  CHECK(f.result.exit_code == 0);
+  CHECK(f.sinks.summary["exit_code"] == 0);
+  CHECK(f.sinks.summary["stop_reason"] == "target return reached");
+  CHECK_THAT(f.sinks.warned, Catch::Contains("ps 0 was killed by signal 9 while stopping, after the final "
+                                             "checkpoint was complete: nothing was lost"));
+}
+
+TEST_CASE("coordinator: a shard that dies before the chief's final checkpoint still fails the run", "[coordinator]") {
+  Fixture f(TestConfig(2, 2));
+  f.launcher.Take("start");
+  f.core->RequestStop("target return reached", 0, f.t);
+  f.Exit(wire::ROLE_ACTOR, 0);
+  f.Exit(wire::ROLE_ACTOR, 1);
+  f.Exit(wire::ROLE_PS, 0, {false, 0, 9});  // while the learners still write theirs
+  CHECK(f.result.exit_code == 1);
+  f.Exit(wire::ROLE_LEARNER, 1);
+  f.Exit(wire::ROLE_LEARNER, 0);
+  f.Exit(wire::ROLE_PS, 1);
+  CHECK(f.core->finished());
+  CHECK(f.sinks.summary["exit_code"] == 1);
+}
+
 TEST_CASE("coordinator: the frame budget stops the run once a believable status reaches it", "[coordinator]") {
   auto cfg = TestConfig();
   cfg.mutable_stop()->set_total_env_frames(5000);

@@ -458,10 +458,21 @@ void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Cloc
   const std::string who = c.Name();
   const std::string log = launcher_->LogPath(c.role, c.index);
   if (stop_.stopping) {
+    if (how_ended.ok() && c.role == wire::ROLE_LEARNER && c.index == 0 && !cfg_.run_dir().empty()) {
+      stop_.final_checkpoint = true;
+    }
     if (!how_ended.ok() && !stop_.killed) {
-      sinks_->Warn("stampede: " + who + " " + how + " while stopping (log: " + log + ")\n");
-      // A learner or PS that fails on the way out (its final checkpoint) fails the run.
-      if (c.role != wire::ROLE_ACTOR && c.role != wire::ROLE_EVALUATOR && result_->exit_code == 0) {
+      // A learner or PS that fails on the way out, before the final checkpoint is
+      // complete, fails the run; after it, nothing is lost and the death is only said.
+      const bool counts = c.role != wire::ROLE_ACTOR && c.role != wire::ROLE_EVALUATOR && !stop_.final_checkpoint;
+      sinks_->Warn("stampede: " + who + " " + how + " while stopping" +
+                   (c.role != wire::ROLE_ACTOR && c.role != wire::ROLE_EVALUATOR && !counts
+                        ? ", after the final checkpoint was complete: nothing was lost"
+                        : "") +
+                   " (log: " + log + ")\n");
+      Event("process_exit", {{"process", who}, {"pid", id}, {"how", how}, {"while_stopping", true},
+                             {"counted", counts}}, now);
+      if (counts && result_->exit_code == 0) {
         result_->exit_code = 1;
         stop_.reason += "; then " + who + " " + how + " while stopping";
       }

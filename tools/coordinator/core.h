@@ -142,6 +142,10 @@ class Core {
     std::string reason;
     Clock::time_point deadline;
     bool killed = false;  // the grace ran out: everything left was killed
+    // The chief learner exited 0 during this stop with a run directory: its final
+    // checkpoint (with every shard's part, in sync/async mode) is complete, and what
+    // exits after it can lose nothing.
+    bool final_checkpoint = false;
   };
   struct PendingRespawn {
     wire::Role role;
