@@ -18,6 +18,7 @@
 #include "ps/client.h"
 #include "ps/placement.h"
 #include "wire/config.h"
+#include "wire/exit_codes.h"
 #include "wire/auth.h"
 #include "wire/status_channel.h"
 #include "wire/tasks.h"
@@ -290,12 +291,12 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
   auto core = ActorCore::Create(cfg, task_index, &error);
   if (!core) {
     std::fprintf(stderr, "actor %d: %s\n", task_index, error.c_str());
-    return 2;
+    return wire::kExitRefused;
   }
   auto curve = wire::RunCurve(cfg, wire::Identity("actor", task_index), &error);
   if (!curve && !error.empty()) {
     std::fprintf(stderr, "actor %d: %s\n", task_index, error.c_str());
-    return 2;
+    return wire::kExitRefused;
   }
   const uint64_t incarnation = wire::NewIncarnation();
   const wire::Sender sender = wire::MakeSender(wire::ROLE_ACTOR, task_index, incarnation);
@@ -326,7 +327,7 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
       inference = std::make_unique<InferenceClient>(ctx, cfg, task_index, sender, curve.get(), *core, &stop, report);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "actor %d: %s\n", task_index, e.what());
-      return 2;
+      return wire::kExitRefused;
     }
     core->SetRemote(inference.get());
   } else {
@@ -336,17 +337,17 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     const auto first_deadline = Clock::now() + std::chrono::duration<double>(
                                                    cfg.actors().first_params_timeout_s());
     while (!fetcher->WaitFirst(params, &version, std::chrono::seconds(1), &stop)) {
-      if (stop.load()) return 0;
+      if (stop.load()) return wire::kExitOk;
       if (!fetcher->layout_mismatch().empty()) {
         std::fprintf(stderr, "actor %d: %s\n", task_index, fetcher->layout_mismatch().c_str());
-        return 2;
+        return wire::kExitRefused;
       }
       report("waiting for the first parameters");
       if (Clock::now() > first_deadline) {
         std::fprintf(stderr, "actor %d: no parameters from the PS (%d shards) after %.0f s\n",
                      task_index, co.endpoints.empty() ? 0 : int(co.endpoints.size()),
                      cfg.actors().first_params_timeout_s());
-        return 3;
+        return wire::kExitFailed;  // restarted: the PS may be up by then
       }
     }
   }
@@ -365,7 +366,7 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
       // could not answer: this actor ends with the message; the coordinator restarts it.
       if (stop.load()) break;
       std::fprintf(stderr, "actor %d: %s\n", task_index, e.what());
-      return 1;
+      return wire::kExitFailed;
     }
     if (central) version = batch.meta.policy_version();
     batch.meta.set_send_wait_s(send_wait);
@@ -425,7 +426,7 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     }
   }
   report("stopped");
-  return 0;
+  return wire::kExitOk;
 }
 
 }  // namespace stampede::actors
