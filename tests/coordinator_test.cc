@@ -302,13 +302,22 @@ TEST_CASE("coordinator: a learner that fails on its way out fails the run, and t
   CHECK(f.sinks.summary["exit_code"] == 1);
 }
 
+namespace {
+
+// Starts the fleet, asks for a stop, and lets both actors exit 0 (the first stage).
+void StopWithActorsGone(Fixture& f, const std::string& reason) {
+  f.launcher.Take("start");
+  f.core->RequestStop(reason, 0, f.t);
+  f.Exit(wire::ROLE_ACTOR, 0);
+  f.Exit(wire::ROLE_ACTOR, 1);
+}
+
+}  // namespace
+
 TEST_CASE("coordinator: a shard that dies after the chief's final checkpoint is said, not counted", "[coordinator]") {
   // Two learners (sync/async: the chief's final checkpoint holds every shard's part).
   Fixture f(TestConfig(2, 2));
-  f.launcher.Take("start");
-  f.core->RequestStop("target return reached", 0, f.t);
-  f.Exit(wire::ROLE_ACTOR, 0);
-  f.Exit(wire::ROLE_ACTOR, 1);
+  StopWithActorsGone(f, "target return reached");
   f.Exit(wire::ROLE_LEARNER, 1);
   f.Exit(wire::ROLE_LEARNER, 0);  // exit 0: its final checkpoint is complete
   f.Exit(wire::ROLE_PS, 0, {false, 0, 9});
@@ -323,10 +332,7 @@ TEST_CASE("coordinator: a shard that dies after the chief's final checkpoint is 
 
 TEST_CASE("coordinator: a shard that dies before the chief's final checkpoint still fails the run", "[coordinator]") {
   Fixture f(TestConfig(2, 2));
-  f.launcher.Take("start");
-  f.core->RequestStop("target return reached", 0, f.t);
-  f.Exit(wire::ROLE_ACTOR, 0);
-  f.Exit(wire::ROLE_ACTOR, 1);
+  StopWithActorsGone(f, "target return reached");
   f.Exit(wire::ROLE_PS, 0, {false, 0, 9});  // while the learners still write theirs
   CHECK(f.result.exit_code == 1);
   f.Exit(wire::ROLE_LEARNER, 1);

@@ -464,11 +464,10 @@ void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Cloc
     if (!how_ended.ok() && !stop_.killed) {
       // A learner or PS that fails on the way out, before the final checkpoint is
       // complete, fails the run; after it, nothing is lost and the death is only said.
-      const bool counts = c.role != wire::ROLE_ACTOR && c.role != wire::ROLE_EVALUATOR && !stop_.final_checkpoint;
+      const bool holds_state = c.role != wire::ROLE_ACTOR && c.role != wire::ROLE_EVALUATOR;
+      const bool counts = holds_state && !stop_.final_checkpoint;
       sinks_->Warn("stampede: " + who + " " + how + " while stopping" +
-                   (c.role != wire::ROLE_ACTOR && c.role != wire::ROLE_EVALUATOR && !counts
-                        ? ", after the final checkpoint was complete: nothing was lost"
-                        : "") +
+                   (holds_state && !counts ? ", after the final checkpoint was complete: nothing was lost" : "") +
                    " (log: " + log + ")\n");
       Event("process_exit", {{"process", who}, {"pid", id}, {"how", how}, {"while_stopping", true},
                              {"counted", counts}}, now);
