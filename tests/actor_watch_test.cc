@@ -1,11 +1,11 @@
-// The coordinator's per-actor view (tools/actor_watch.h): an actor whose parameters stop
+// The coordinator's per-actor view (coordinator/actor_watch.h): an actor whose parameters stop
 // moving while the learner's do, or whose lag is far beyond the other actors', is found
 // once; lags are weighted by trajectories and the worst actor is the row's largest lag.
 #include <catch2/catch.hpp>
 
-#include "tools/actor_watch.h"
+#include "coordinator/actor_watch.h"
 
-using stampede::tools::ActorWatch;
+using stampede::coordinator::ActorWatch;
 using Clock = std::chrono::steady_clock;
 using std::chrono::seconds;
 

@@ -1,4 +1,4 @@
-// The coordinator's decisions (tools/coordinator/core.h) on a fake clock with a fake
+// The coordinator's decisions (coordinator/core.h) on a fake clock with a fake
 // launcher and recording sinks: no process, no socket, no sleep.
 #include <catch2/catch.hpp>
 
@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "tools/coordinator/core.h"
+#include "coordinator/core.h"
 #include "wire/zmq_util.h"
 
 namespace {
 
 using namespace stampede;
-using namespace stampede::tools::coord;
+using namespace stampede::coordinator;
 using namespace std::chrono_literals;
 
 struct Call {
@@ -161,7 +161,7 @@ struct Fixture {
   Clock::time_point t = Clock::time_point{} + 1000s;
   FakeLauncher launcher;
   RecordingSinks sinks;
-  tools::RunResult result;
+  RunResult result;
   std::unique_ptr<Core> core;
 };
 

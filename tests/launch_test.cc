@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "tools/coordinator/slurm_launcher.h"
+#include "coordinator/slurm_launcher.h"
 #include "tools/launch.h"
 #include "wire/zmq_util.h"
 
-using stampede::tools::coord::SlurmLauncher;
-using stampede::tools::coord::SlurmLayout;
+using stampede::coordinator::SlurmLauncher;
+using stampede::coordinator::SlurmLayout;
 namespace wire = stampede::wire;
 
 namespace {
@@ -103,4 +103,39 @@ TEST_CASE("launch slurm: a sweep is a job array of one-allocation tasks, each wi
   // Quoted for bash, a quote in a path too.
   CHECK_THAT(s, Catch::Contains("CONFIGS=( '/shared/sweep/a b.textproto' '/shared/sweep/it'\\''s.textproto' )"));
   CHECK_THAT(s, Catch::Contains("DIRS=( '/shared/sweep/p000' '/shared/sweep/p001' )"));
+}
+
+TEST_CASE("launch slurm: the nodes the job script asks for are the nodes the launcher places actors on", "[launch]") {
+  // One layout serves both sides: the script's #SBATCH requests and, from the environment
+  // Slurm gives that request, each actor's node. Every actor node gets exactly K actors and
+  // no actor lands on a node that was not asked for.
+  for (const bool array : {false, true}) {
+    stampede::tools::SlurmLaunchOptions o;
+    o.config_path = "configs/catch.textproto";
+    o.run_dir = "/shared/run";
+    o.actor_nodes = 3;
+    o.actors_per_node = 2;
+    o.stampede_exe = "/bin/stampede";
+    std::vector<std::string> configs = {"/shared/run/a.textproto"};
+    std::vector<std::string> dirs = {"/shared/run/a"};
+    if (array) configs.push_back("/shared/run/b.textproto"), dirs.push_back("/shared/run/b");
+    const std::string s = stampede::tools::SlurmJobScript(o, configs, dirs);
+    INFO("array " << array << "\n" << s);
+    // The component the actors run in: the last #SBATCH --nodes line.
+    const size_t at = s.rfind("#SBATCH --nodes=");
+    REQUIRE(at != std::string::npos);
+    const int asked = std::stoi(s.substr(at + 16));
+    const SlurmLayout got{!array, asked};  // what SLURM_JOB_NUM_NODES(_HET_GROUP_1) says
+    std::vector<int> per_node(size_t(asked), 0);
+    for (int i = 0; i < o.actor_nodes * o.actors_per_node; ++i) {
+      const int node = got.Node(wire::ROLE_ACTOR, i, o.actors_per_node);
+      REQUIRE(node >= 0);
+      REQUIRE(node < asked);
+      ++per_node[size_t(node)];
+    }
+    // A job array's allocation keeps node 0 for the servers.
+    for (int n = 0; n < asked; ++n) CHECK(per_node[size_t(n)] == (array && n == 0 ? 0 : o.actors_per_node));
+    CHECK(got.Node(wire::ROLE_PS, 0, o.actors_per_node) == 0);
+    CHECK(got.HetGroup(wire::ROLE_LEARNER) == (array ? -1 : 0));
+  }
 }

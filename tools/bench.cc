@@ -18,7 +18,7 @@
 #include "net/from_config.h"
 #include "net/layers.h"
 #include "net/onednn_conv.h"
-#include "tools/coordinator.h"
+#include "coordinator/run.h"
 #include "wire/config.h"
 #include "wire/trajectory.h"
 #include "wire/zmq_util.h"
@@ -253,10 +253,10 @@ int RunBench(const BenchOptions& opt) {
       config::Config fleet = cfg;
       fleet.mutable_stop()->set_total_env_frames(opt.fleet_frames);
       fleet.mutable_cluster()->set_curve(curve);
-      RunOptions ro;
+      coordinator::RunOptions ro;
       ro.config_name = curve ? "bench-curve" : "bench-plain";
       ro.quiet = true;
-      RunResult r = RunCoordinator(fleet, ro);
+      coordinator::RunResult r = coordinator::RunCoordinator(fleet, ro);
       if (r.exit_code != 0) {
         std::fprintf(stderr, "bench: fleet run failed (exit %d), see %s\n", r.exit_code, r.run_dir.c_str());
         return r.exit_code;

@@ -11,8 +11,8 @@
 #include "actors/evaluate.h"
 #include "learner/checkpoint.h"
 #include "net/from_config.h"
-#include "tools/coordinator.h"
-#include "tools/spec.h"
+#include "coordinator/run.h"
+#include "coordinator/spec.h"
 #include "wire/config.h"
 #include "wire/durable_file.h"
 #include "wire/tasks.h"
@@ -33,7 +33,7 @@ bool LoadEvalConfig(const std::string& checkpoint, const std::string& given, con
     return false;
   }
   *cfg = loaded.config;
-  if (!cfg->env().has_resolved_spec()) return ResolveEnvSpec(self_exe, cfg, error);
+  if (!cfg->env().has_resolved_spec()) return coordinator::ResolveEnvSpec(self_exe, cfg, error);
   return true;
 }
 
@@ -353,7 +353,7 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   config::Config cfg;
   wire::StepShape shape;
   std::unique_ptr<net::Model<float>> net;
-  if (!LoadEvalConfig(checkpoint, config_path, SelfExePath(), &cfg, &error) || !ResolvedStepShape(cfg, &shape, &error) ||
+  if (!LoadEvalConfig(checkpoint, config_path, coordinator::SelfExePath(), &cfg, &error) || !ResolvedStepShape(cfg, &shape, &error) ||
       !(net = net::MakeModelFromConfig(cfg, shape, &error))) {
     std::fprintf(stderr, "stampede export: %s\n", error.c_str());
     return 2;

@@ -4,7 +4,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "tools/coordinator.h"
+#include "coordinator/run.h"
+#include "coordinator/slurm_launcher.h"
 #include "tools/sweep.h"
 #include "wire/config.h"
 #include "wire/durable_file.h"
@@ -53,22 +54,20 @@ std::string SlurmJobScript(const SlurmLaunchOptions& opt, const std::vector<std:
     s << "#SBATCH --signal=B:TERM@120\n";
   }
   if (array) s << "#SBATCH --array=0-" << configs.size() - 1 << "\n";
-  if (array) {
-    // Slurm runs no heterogeneous job arrays: each task is one homogeneous allocation,
-    // its first node for the coordinator, PS shards and learners, the others for the
-    // actors (the launcher finds the layout from the job's environment).
-    s << "#SBATCH --nodes=" << 1 + opt.actor_nodes << " --ntasks-per-node=" << opt.actors_per_node;
-    if (!opt.learner_gres.empty()) s << " --gres=" << opt.learner_gres;
-    const std::string constraint = !opt.learner_constraint.empty() ? opt.learner_constraint : opt.actor_constraint;
+  // Slurm runs no heterogeneous job arrays: each task is one allocation, its first node
+  // for the coordinator, PS shards and learners, the others for the actors (the launcher
+  // finds the layout from the job's environment).
+  const auto layout = coordinator::SlurmLayout::Requested(!array, opt.actor_nodes);
+  const auto requests = layout.SbatchRequests(opt.actors_per_node);
+  for (size_t c = 0; c < requests.size(); ++c) {
+    if (c > 0) s << "#SBATCH hetjob\n";
+    s << "#SBATCH " << requests[c];
+    // The servers' component (or the one allocation) gets the learner's GPUs.
+    if (c == 0 && !opt.learner_gres.empty()) s << " --gres=" << opt.learner_gres;
+    const std::string& constraint = c == 0 && (layout.heterogeneous || !opt.learner_constraint.empty())
+                                        ? opt.learner_constraint
+                                        : opt.actor_constraint;
     if (!constraint.empty()) s << " --constraint=" << constraint;
-    s << "\n";
-  } else {
-    s << "#SBATCH --nodes=1 --ntasks=1";
-    if (!opt.learner_gres.empty()) s << " --gres=" << opt.learner_gres;
-    if (!opt.learner_constraint.empty()) s << " --constraint=" << opt.learner_constraint;
-    s << "\n#SBATCH hetjob\n";
-    s << "#SBATCH --nodes=" << opt.actor_nodes << " --ntasks-per-node=" << opt.actors_per_node;
-    if (!opt.actor_constraint.empty()) s << " --constraint=" << opt.actor_constraint;
     s << "\n";
   }
   s << "\nset -u\n";
@@ -128,7 +127,7 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
   if (!opt.learner_gres.empty() && !opt.learner_constraint.empty()) {
     return fail("--learner-gres and --learner-constraint: give one (a GPU, or a node feature)");
   }
-  if (opt.stampede_exe.empty()) opt.stampede_exe = SelfExePath();
+  if (opt.stampede_exe.empty()) opt.stampede_exe = coordinator::SelfExePath();
   std::vector<std::vector<std::string>> points;
   std::string error;
   if (!GridPoints(opt.sweep_grids, &points, &error)) return fail(error);

@@ -2,7 +2,7 @@
 // Slurm job for the config's fleet (component 0: the coordinator, PS shards and
 // learners on one node; component 1: the actors, N nodes x K tasks), and with --submit
 // runs sbatch and prints the job id. Inside the job, `stampede run` starts each role as
-// a job step (cluster.launcher "slurm", tools/coordinator/slurm_launcher.h) and keeps
+// a job step (cluster.launcher "slurm", coordinator/slurm_launcher.h) and keeps
 // its restart and stop decisions. --sweep-grid makes a job array, one grid point per task,
 // each in its own run directory D/pNNN.
 #pragma once

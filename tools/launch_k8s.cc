@@ -4,9 +4,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "tools/coordinator.h"
+#include "coordinator/run.h"
 #include "tools/launch.h"
-#include "tools/spec.h"
+#include "coordinator/spec.h"
 #include "wire/auth.h"
 #include "wire/config.h"
 #include "wire/durable_file.h"
@@ -160,7 +160,7 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   }
   if (opt.learner_gpus > 0) cfg.mutable_learner()->set_device("cuda:0");
   // The spec the actors' env has, resolved here, so every pod reads one finished config.
-  if (!ResolveEnvSpec(SelfExePath(), &cfg, error)) return false;
+  if (!coordinator::ResolveEnvSpec(coordinator::SelfExePath(), &cfg, error)) return false;
   const std::string domain = "." + w.ns + ".svc.cluster.local";
   auto* cl = cfg.mutable_cluster();
   cl->clear_ps();

@@ -16,12 +16,12 @@
 #include "ps/role.h"
 #include "tools/bench.h"
 #include "tools/sweep.h"
-#include "tools/coordinator.h"
+#include "coordinator/run.h"
 #include "tools/eval.h"
 #include "tools/launch.h"
 #include "tools/report.h"
-#include "tools/signals.h"
-#include "tools/spec.h"
+#include "base/signals.h"
+#include "coordinator/spec.h"
 #include "wire/auth.h"
 #include "wire/config.h"
 #include "wire/trace.h"
@@ -67,7 +67,7 @@ bool NeedsEndpoints(const stampede::config::Config& cfg, const char* role) {
 int main(int argc, char** argv) {
   // First thing: a SIGTERM or Ctrl-C that arrives during start-up still means "stop
   // cleanly", never the default abrupt death.
-  stampede::tools::InstallStopHandlers();
+  stampede::base::InstallStopHandlers();
   // A write past a file-size limit (ulimit -f, a quota) fails with EFBIG and is
   // reported like a full disk, instead of killing the process.
   std::signal(SIGXFSZ, SIG_IGN);
@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
 
   if (trace) sets.push_back("trace=true");
   if (run->parsed()) {
-    stampede::tools::RunOptions opt;
+    stampede::coordinator::RunOptions opt;
     if (!resume_dir.empty()) {
       if (!config_path.empty() || !run_dir.empty()) {
         std::fprintf(stderr, "stampede run: --resume RUN_DIR takes the run's own config.textproto and directory; "
@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
     opt.config_name = std::filesystem::path(config_path).stem().string();
-    return stampede::tools::RunCoordinator(loaded.config, opt).exit_code;
+    return stampede::coordinator::RunCoordinator(loaded.config, opt).exit_code;
   }
   if (coordinator->parsed()) {
     if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
@@ -289,18 +289,18 @@ int main(int argc, char** argv) {
                            "directory; not set:%s\n", config_path.c_str(), missing.c_str());
       return 2;
     }
-    stampede::tools::RunOptions opt;
+    stampede::coordinator::RunOptions opt;
     opt.standalone = true;
     opt.config_name = std::filesystem::path(config_path).stem().string();
-    return stampede::tools::RunCoordinator(loaded.config, opt).exit_code;
+    return stampede::coordinator::RunCoordinator(loaded.config, opt).exit_code;
   }
   if (suite->parsed()) {
     if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
-    stampede::tools::RunOptions opt;
+    stampede::coordinator::RunOptions opt;
     opt.config_name = std::filesystem::path(config_path).stem().string();
-    const auto result = stampede::tools::RunCoordinator(loaded.config, opt);
+    const auto result = stampede::coordinator::RunCoordinator(loaded.config, opt);
     if (result.run_dir.empty()) return result.exit_code;
     const int report_code = stampede::tools::RunReportCommand(result.run_dir);
     return result.exit_code != 0 ? result.exit_code : report_code;
@@ -309,19 +309,19 @@ int main(int argc, char** argv) {
   if (checkpoints->parsed()) {
     stampede::LoadedConfig loaded;
     if (!Load(checkpoints_dir + "/config.textproto", {"run_dir=" + checkpoints_dir}, &loaded)) return 2;
-    return stampede::tools::RunCheckpointsCommand(loaded.config);
+    return stampede::coordinator::RunCheckpointsCommand(loaded.config);
   }
   if (ps_plan->parsed()) {
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
-    return stampede::tools::RunPsPlanCommand(loaded.config);
+    return stampede::coordinator::RunPsPlanCommand(loaded.config);
   }
-  if (eval->parsed()) return stampede::tools::RunEvalCommand(eval_opt, stampede::tools::SelfExePath());
+  if (eval->parsed()) return stampede::tools::RunEvalCommand(eval_opt, stampede::coordinator::SelfExePath());
   if (exporter->parsed()) return stampede::tools::RunExportCommand(export_ckpt, export_out, export_config);
   if (spec->parsed()) {
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
-    return stampede::tools::RunSpecCommand(loaded.config);
+    return stampede::coordinator::RunSpecCommand(loaded.config);
   }
   if (keys->parsed()) {
     stampede::LoadedConfig loaded;
@@ -382,13 +382,13 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "stampede %s: %s\n", role.c_str(), error.c_str());
       }
     }
-    if (role == "actor") return stampede::actors::RunActor(loaded.config, task_index, stampede::tools::StopFlag());
+    if (role == "actor") return stampede::actors::RunActor(loaded.config, task_index, stampede::base::StopFlag());
     if (role == "evaluator") {
       if (loaded.config.evaluation().interval_frames() <= 0) {
         std::fprintf(stderr, "stampede evaluator: the config has no evaluation (evaluation.interval_frames is 0)\n");
         return 2;
       }
-      return stampede::actors::RunEvaluator(loaded.config, task_index, stampede::tools::StopFlag());
+      return stampede::actors::RunEvaluator(loaded.config, task_index, stampede::base::StopFlag());
     }
     if (role == "learner") {
       // actors.inference "central": this learner's actors act through a server on a
@@ -396,13 +396,13 @@ int main(int argc, char** argv) {
       std::optional<stampede::actors::InferenceServer> inference;
       if (loaded.config.actors().inference() == "central") {
         std::string error;
-        inference.emplace(loaded.config, task_index, stampede::tools::StopFlag());
+        inference.emplace(loaded.config, task_index, stampede::base::StopFlag());
         if (!inference->Start(&error)) {
           std::fprintf(stderr, "learner %d: %s\n", task_index, error.c_str());
           return 2;
         }
       }
-      const int rc = stampede::learner::RunLearnerRole(loaded.config, task_index, restarts, stampede::tools::StopFlag());
+      const int rc = stampede::learner::RunLearnerRole(loaded.config, task_index, restarts, stampede::base::StopFlag());
       if (inference) {
         inference->Stop();
         const int64_t batches = inference->batches();
@@ -412,7 +412,7 @@ int main(int argc, char** argv) {
       }
       return rc;
     }
-    return stampede::ps::RunPsRole(loaded.config, task_index, restarts, stampede::tools::StopFlag());
+    return stampede::ps::RunPsRole(loaded.config, task_index, restarts, stampede::base::StopFlag());
   }
   return 2;
 }

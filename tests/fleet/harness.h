@@ -40,13 +40,14 @@ bool Alive(int pid);
 // if it exists.
 std::string FreshRunDir(const std::string& name);
 
-// Waits until `pred` holds or `limit` passes (polling; the processes are not ours to signal).
+// Waits until `pred` holds or `limit` passes, looking every `poll` (the processes are not
+// ours to signal, so there is no event to wait on).
 template <class Pred>
-bool WaitFor(Pred pred, std::chrono::seconds limit) {
+bool WaitFor(Pred pred, std::chrono::seconds limit, std::chrono::milliseconds poll = std::chrono::milliseconds(50)) {
   const auto deadline = Clock::now() + limit;
   while (!pred()) {
     if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(poll);
   }
   return true;
 }

@@ -142,6 +142,47 @@ TEST_CASE("fleet: kill -9 of a shard and then of a learner mid-run: the run reco
   }
 }
 
+TEST_CASE("fleet: a shard killed by -9 after the final checkpoint of a two-learner run at its target: exit 0", "[fleet][learners]") {
+  // The ordered stop ends the chief learner after its final checkpoint (every shard's part
+  // in it) and the shards after the chief. A shard killed between the two loses nothing:
+  // the run that reached its target ends 0, and the death is said and written as an event.
+  // The kill races the shard's own exit on SIGTERM; a run where the shard was gone first
+  // tests nothing, so it is run again (at most three times).
+  bool landed = false;
+  for (int attempt = 0; attempt < 3 && !landed; ++attempt) {
+    const std::string run_dir = FreshRunDir("final_kill_" + std::to_string(attempt));
+    Proc p = Start({"run", "configs/catch_2learners.textproto", "--run-dir", run_dir, "--set",
+                    "learner.checkpoint_interval_s=0"},
+                   run_dir + ".out");
+    const int chief = PidOnceTraining(run_dir, "learner 0", 10);
+    const int shard = PidOnceTraining(run_dir, "ps 0", 0);
+    REQUIRE(chief > 0);
+    REQUIRE(shard > 0);
+    // The chief exits only after writing its final checkpoint: the moment to kill the shard.
+    REQUIRE(WaitFor([&] { return !Alive(chief); }, std::chrono::seconds(120), std::chrono::milliseconds(1)));
+    ::kill(shard, SIGKILL);
+    const int code = Wait(p, std::chrono::seconds(60));
+    const std::string out = Slurp(p.output_path);
+    INFO("attempt " << attempt << "\n" << out);
+    json shard_exit;
+    for (const auto& r : Metrics(run_dir)) {
+      if (r.value("event", "") == "process_exit" && r.value("process", "") == "ps 0") shard_exit = r;
+    }
+    if (shard_exit.is_null()) continue;  // the shard exited on its own first
+    landed = true;
+    CHECK(shard_exit["how"].get<std::string>() == "was killed by signal 9");
+    CHECK(shard_exit["while_stopping"].get<bool>());
+    CHECK_FALSE(shard_exit["counted"].get<bool>());
+    CHECK_THAT(out, Catch::Contains("after the final checkpoint was complete: nothing was lost"));
+    CHECK(code == 0);
+    const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+    CHECK(summary["mean_return_100"].get<double>() >= 0.9);
+    // The final checkpoint is whole: every shard's part matches its manifest.
+    CHECK(std::system((std::string(STAMPEDE_BINARY) + " checkpoints " + run_dir + " > /dev/null 2>&1").c_str()) == 0);
+  }
+  REQUIRE(landed);
+}
+
 TEST_CASE("fleet: a silent actor is reported with its last activity and restarted", "[fleet]") {
   const std::string run_dir = FreshRunDir("silent");
   Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",

@@ -3,7 +3,7 @@
 
 #include <atomic>
 
-namespace stampede::tools {
+namespace stampede::base {
 
 // Installs the handlers (without SA_RESTART, so blocking calls return early).
 void InstallStopHandlers();
@@ -11,4 +11,4 @@ std::atomic<bool>& StopFlag();
 // The signal that set the flag (0 if none).
 int StopSignal();
 
-}  // namespace stampede::tools
+}  // namespace stampede::base

@@ -19,15 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "tools/actor_watch.h"
-#include "tools/coordinator.h"
-#include "tools/coordinator/launcher.h"
-#include "tools/coordinator/sinks.h"
+#include "coordinator/actor_watch.h"
+#include "coordinator/run.h"
+#include "coordinator/launcher.h"
+#include "coordinator/sinks.h"
 #include "wire/config.pb.h"
 #include "wire/log_limit.h"
 #include "wire/messages.pb.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 using Clock = std::chrono::steady_clock;
 
@@ -215,4 +215,4 @@ class Core {
   Clock::time_point steps_moved_;
 };
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

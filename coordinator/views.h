@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tools/coordinator/core.h"
+#include "coordinator/core.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 struct ProgressRow {
   std::string line;  // the console's progress line(s), empty when quiet
@@ -45,4 +45,4 @@ std::string FormatTarget(double v);
 // A 100-episode mean return, or "–" before the first episode has ended.
 std::string ReturnText(double mean, int counted);
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

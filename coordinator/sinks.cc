@@ -1,13 +1,12 @@
-#include "tools/coordinator/sinks.h"
+#include "coordinator/sinks.h"
 
 #include <cstdio>
 #include <fstream>
 
-#include "tools/coordinator/status_server.h"
 #include "wire/durable_file.h"
 #include "wire/tensorboard.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 struct FileSinks::Files {
   std::ofstream metrics;
@@ -22,8 +21,7 @@ void WriteRunFile(const std::string& path, const std::string& text) {
 }
 }  // namespace
 
-FileSinks::FileSinks(const std::string& run_dir, std::shared_ptr<ControlBoard> board)
-    : run_dir_(run_dir), files_(std::make_unique<Files>()), board_(std::move(board)) {
+FileSinks::FileSinks(const std::string& run_dir) : run_dir_(run_dir), files_(std::make_unique<Files>()) {
   files_->metrics.open(run_dir + "/metrics.jsonl", std::ios::app);
   std::string error;
   if (!files_->tb.Open(run_dir + "/tb", &error)) {
@@ -55,7 +53,21 @@ void FileSinks::Summary(const nlohmann::json& summary) {
 
 void FileSinks::Processes(const std::string& text) { WriteRunFile(run_dir_ + "/processes.txt", text); }
 
-void FileSinks::StopMessages(std::vector<wire::Control> stops) { board_->Set(std::move(stops)); }
-void FileSinks::EvaluationRequest(int64_t round, int64_t env_frames) { board_->SetEvaluation(round, env_frames); }
+void FileSinks::StopMessages(std::vector<wire::Control> stops) {
+  stops_ = std::move(stops);
+  if (control_.stops) control_.stops(stops_);
+}
 
-}  // namespace stampede::tools::coord
+void FileSinks::EvaluationRequest(int64_t round, int64_t env_frames) {
+  eval_round_ = round;
+  eval_frames_ = env_frames;
+  if (control_.evaluation) control_.evaluation(round, env_frames);
+}
+
+void FileSinks::ConnectControl(ControlOut out) {
+  control_ = std::move(out);
+  if (!stops_.empty() && control_.stops) control_.stops(stops_);
+  if (eval_round_ > 0 && control_.evaluation) control_.evaluation(eval_round_, eval_frames_);
+}
+
+}  // namespace stampede::coordinator

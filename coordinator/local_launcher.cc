@@ -1,4 +1,4 @@
-#include "tools/coordinator/local_launcher.h"
+#include "coordinator/local_launcher.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 
 #include "wire/zmq_util.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 LocalLauncher::LocalLauncher(std::string self_exe, std::string config_path, std::string run_dir)
     : self_exe_(std::move(self_exe)), config_path_(std::move(config_path)), run_dir_(std::move(run_dir)) {}
@@ -86,4 +86,4 @@ void ReapExitedChildren(const std::function<void(ProcessId, ExitStatus)>& on_exi
   }
 }
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

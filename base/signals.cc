@@ -1,11 +1,11 @@
-#include "tools/signals.h"
+#include "base/signals.h"
 
 #include <signal.h>
 
 #include <cstdlib>
 #include <cstring>
 
-namespace stampede::tools {
+namespace stampede::base {
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -24,7 +24,7 @@ void InstallStopHandlers() {
   sigaction(SIGINT, &sa, nullptr);
   const char* stop_signal = std::getenv("STAMPEDE_STOP_SIGNAL");
   if (stop_signal != nullptr && std::strcmp(stop_signal, "USR1") == 0) {
-    // A role started as a Slurm job step (tools/coordinator/slurm_launcher.h): `scancel`
+    // A role started as a Slurm job step (coordinator/slurm_launcher.h): `scancel`
     // sends SIGTERM to every step of the job at once, but the coordinator stops the
     // roles in order, with SIGUSR1 (srun forwards it), so SIGTERM is not a stop here.
     sigaction(SIGUSR1, &sa, nullptr);
@@ -38,4 +38,4 @@ void InstallStopHandlers() {
 std::atomic<bool>& StopFlag() { return g_stop; }
 int StopSignal() { return g_signal.load(); }
 
-}  // namespace stampede::tools
+}  // namespace stampede::base

@@ -1,4 +1,4 @@
-#include "tools/coordinator/core.h"
+#include "coordinator/core.h"
 
 #include <algorithm>
 #include <cstdarg>
@@ -6,15 +6,15 @@
 #include <cstdio>
 #include <sstream>
 
-#include "tools/coordinator/learner_status.h"
-#include "tools/coordinator/views.h"
+#include "coordinator/learner_status.h"
+#include "coordinator/views.h"
 #include "wire/auth.h"
 #include "wire/config.h"
 #include "wire/exit_codes.h"
 #include "wire/tasks.h"
 #include "wire/zmq_util.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 namespace {
 std::string Printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -644,4 +644,4 @@ void Core::OnTick(Clock::time_point now) {
   }
 }
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

@@ -1,7 +1,7 @@
 // `stampede run` and `stampede coordinator`: the checks before anything starts, the run
 // directory, keys and resolved config, then the supervisor (a CAF actor around the
 // decision core, core.h) and the status server (status_server.h) until the run ends.
-#include "tools/coordinator.h"
+#include "coordinator/run.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -20,20 +20,20 @@
 #include <zmq.hpp>
 
 #include "learner/resume.h"
-#include "tools/coordinator/core.h"
-#include "tools/coordinator/local_launcher.h"
-#include "tools/coordinator/slurm_launcher.h"
-#include "tools/coordinator/sinks.h"
-#include "tools/coordinator/status_server.h"
-#include "tools/signals.h"
-#include "tools/spec.h"
+#include "coordinator/core.h"
+#include "coordinator/local_launcher.h"
+#include "coordinator/slurm_launcher.h"
+#include "coordinator/sinks.h"
+#include "coordinator/status_server.h"
+#include "base/signals.h"
+#include "coordinator/spec.h"
 #include "wire/auth.h"
 #include "wire/config.h"
 #include "wire/durable_file.h"
 #include "wire/tasks.h"
 #include "wire/trace.h"
 
-namespace stampede::tools {
+namespace stampede::coordinator {
 
 namespace fs = std::filesystem;
 
@@ -98,41 +98,39 @@ double UnixTime() {
 // The supervisor: the decision core with the local launcher and the run's files, fed by
 // the status server's messages and its own 100 ms timer.
 struct SupervisorState {
-  std::unique_ptr<coord::Launcher> launcher;
-  std::unique_ptr<coord::FileSinks> sinks;
-  std::unique_ptr<coord::Core> core;
+  std::unique_ptr<coordinator::Launcher> launcher;
+  std::unique_ptr<coordinator::FileSinks> sinks;
+  std::unique_ptr<coordinator::Core> core;
   const wire::ZapHandler* zap = nullptr;
-  std::shared_ptr<std::atomic<bool>> done;
 };
 using Supervisor = caf::stateful_actor<SupervisorState>;
 
-// After every event: once the core has finished, the status server stops and so does this actor.
+// After every event: once the core has finished, this actor quits, and the status server,
+// which monitors it, stops.
 void AfterEvent(Supervisor* self) {
-  if (!self->state.core->finished()) return;
-  self->state.done->store(true);
-  self->quit();
+  if (self->state.core->finished()) self->quit();
 }
 
 caf::behavior Running(Supervisor* self) {
-  using coord::Clock;
+  using coordinator::Clock;
   return {
-      [=](coord::status_atom, const std::string& bytes, const std::string& peer) {
+      [=](coordinator::status_atom, const std::string& bytes, const std::string& peer) {
         self->state.core->OnStatus(bytes, peer, Clock::now());
         AfterEvent(self);
       },
-      [=](coord::exited_atom, int64_t id, bool exited, int code, int signal) {
-        const int interrupt = StopFlag().load() ? StopSignal() : 0;
-        self->state.core->OnExit(id, coord::ExitStatus{exited, code, signal}, interrupt, Clock::now());
+      [=](coordinator::exited_atom, int64_t id, bool exited, int code, int signal) {
+        const int interrupt = base::StopFlag().load() ? base::StopSignal() : 0;
+        self->state.core->OnExit(id, coordinator::ExitStatus{exited, code, signal}, interrupt, Clock::now());
         AfterEvent(self);
       },
-      [=](coord::tick_atom) {
+      [=](coordinator::tick_atom) {
         auto& st = self->state;
         if (st.zap) st.core->SetRejectedConnections(st.zap->rejected());
         st.core->OnTick(Clock::now());
         AfterEvent(self);
-        if (!st.core->finished()) self->delayed_send(self, coord::Core::kTick, coord::tick_atom::value);
+        if (!st.core->finished()) self->delayed_send(self, coordinator::Core::kTick, coordinator::tick_atom::value);
       },
-      [=](coord::stop_atom, const std::string& reason, int code) {
+      [=](coordinator::stop_atom, const std::string& reason, int code) {
         self->state.core->RequestStop(reason, code, Clock::now());
         AfterEvent(self);
       },
@@ -143,15 +141,26 @@ caf::behavior Running(Supervisor* self) {
 // the roles and the timer runs.
 caf::behavior Supervising(Supervisor* self, RunResult* result) {
   return {
-      [=](coord::ready_atom, bool bound) {
+      [=](coordinator::ready_atom, bool bound) {
         if (!bound) {
           result->exit_code = 2;
-          self->state.done->store(true);
           self->quit();
           return;
         }
-        self->state.core->Start(coord::Clock::now());
-        self->send(self, coord::tick_atom::value);
+        // The heartbeat's contents go to the status server (the sender) as messages.
+        const caf::actor server = caf::actor_cast<caf::actor>(self->current_sender());
+        coordinator::ControlOut out;
+        out.stops = [server](const std::vector<wire::Control>& stops) {
+          std::vector<std::string> bytes;
+          for (const auto& c : stops) bytes.push_back(c.SerializeAsString());
+          caf::anon_send(server, coordinator::stops_atom::value, std::move(bytes));
+        };
+        out.evaluation = [server](int64_t round, int64_t frames) {
+          caf::anon_send(server, coordinator::evaluate_atom::value, round, frames);
+        };
+        self->state.sinks->ConnectControl(std::move(out));
+        self->state.core->Start(coordinator::Clock::now());
+        self->send(self, coordinator::tick_atom::value);
         self->become(Running(self));
       },
   };
@@ -252,7 +261,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     return result;
   }
   if (cfg.cluster().launcher() == "slurm" && !opt.standalone) {
-    if (const std::string why = coord::SlurmLauncherUnavailable(); !why.empty()) {
+    if (const std::string why = coordinator::SlurmLauncherUnavailable(); !why.empty()) {
       std::fprintf(stderr, "stampede: cluster.launcher \"slurm\": %s\n", why.c_str());
       result.exit_code = 2;
       return result;
@@ -365,9 +374,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     if (curve) zap = std::make_unique<wire::ZapHandler>(ctx, *curve, wire::RunAllowList(), "stampede");
     caf::actor_system_config sys_cfg;
     caf::actor_system sys{sys_cfg};
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    auto board = std::make_shared<coord::ControlBoard>();
-    coord::CoreOptions core_opt;
+    coordinator::CoreOptions core_opt;
     core_opt.quiet = opt.quiet;
     core_opt.standalone = opt.standalone;
     core_opt.curve = curve != nullptr;
@@ -376,27 +383,24 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     auto sup = sys.spawn([&](Supervisor* self) {
       auto& st = self->state;
       if (cfg.cluster().launcher() == "slurm") {
-        st.launcher = std::make_unique<coord::SlurmLauncher>(SelfExePath(), config_path, cfg.run_dir(),
+        st.launcher = std::make_unique<coordinator::SlurmLauncher>(SelfExePath(), config_path, cfg.run_dir(),
                                                              cfg.cluster().actors_per_node(),
-                                                             coord::SlurmLayout::FromEnvironment());
+                                                             coordinator::SlurmLayout::FromEnvironment());
       } else {
-        st.launcher = std::make_unique<coord::LocalLauncher>(SelfExePath(), config_path, cfg.run_dir());
+        st.launcher = std::make_unique<coordinator::LocalLauncher>(SelfExePath(), config_path, cfg.run_dir());
       }
-      st.sinks = std::make_unique<coord::FileSinks>(cfg.run_dir(), board);
-      st.core = std::make_unique<coord::Core>(cfg, core_opt, st.launcher.get(), st.sinks.get(), &result,
-                                              coord::Clock::now(), UnixTime());
+      st.sinks = std::make_unique<coordinator::FileSinks>(cfg.run_dir());
+      st.core = std::make_unique<coordinator::Core>(cfg, core_opt, st.launcher.get(), st.sinks.get(), &result,
+                                              coordinator::Clock::now(), UnixTime());
       st.zap = zap.get();
-      st.done = done;
       return Supervising(self, &result);
     });
-    coord::StatusServerOptions server;
+    coordinator::StatusServerOptions server;
     server.status_endpoint = BindEndpoint(cfg, cfg.cluster().coordinator());
     server.control_endpoint = BindEndpoint(cfg, cfg.cluster().control());
     server.max_status_bytes = std::min(cfg.cluster().max_message_bytes(), cfg.coordinator().max_status_bytes());
     server.curve = curve.get();
-    server.board = board;
-    server.done = done;
-    sys.spawn<caf::detached>(coord::StatusServer, sup, &ctx, server);
+    sys.spawn<caf::detached>(coordinator::StatusServer, sup, &ctx, server);
     sys.await_all_actors_done();
   }
   if (cfg.trace()) {
@@ -411,4 +415,4 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   return result;
 }
 
-}  // namespace stampede::tools
+}  // namespace stampede::coordinator

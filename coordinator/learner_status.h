@@ -5,11 +5,11 @@
 #include <map>
 #include <string>
 
-#include "tools/coordinator/core.h"
+#include "coordinator/core.h"
 #include "wire/config.pb.h"
 #include "wire/messages.pb.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 // Empty if `s`'s counters are believable, else why not: frames never go back within one
 // learner process, and never run ahead of what the actors say they made (with room for
@@ -23,4 +23,4 @@ std::string Implausible(const config::Config& cfg, const std::map<int, wire::Sta
 // Targets are met over the learners' windows together once they hold 100 returns.
 wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::Status>& learners);
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

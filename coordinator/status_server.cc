@@ -1,13 +1,13 @@
-#include "tools/coordinator/status_server.h"
+#include "coordinator/status_server.h"
 
 #include <chrono>
 #include <cstdio>
 
-#include "tools/coordinator/local_launcher.h"
-#include "tools/signals.h"
+#include "coordinator/local_launcher.h"
+#include "base/signals.h"
 #include "wire/zmq_util.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 namespace {
 // Binds `socket` to `endpoint`; false, with the reason on stderr, if it cannot.
@@ -37,11 +37,33 @@ void StatusServer(caf::blocking_actor* self, caf::actor supervisor, zmq::context
                      Bind(pull, opt.status_endpoint, "status socket", "cluster.coordinator");
   self->send(supervisor, ready_atom::value, bound);
   if (!bound) return;
+  self->monitor(supervisor);
+  bool done = false;
   bool signalled = false;
+  std::vector<wire::Control> stops;
+  int64_t eval_round = 0, eval_frames = 0;
   auto last_beat = Clock::now() - std::chrono::seconds(1);
   zmq::pollitem_t items[] = {{pull.handle(), 0, ZMQ_POLLIN, 0}};
   zmq::message_t msg;
-  while (!opt.done->load()) {
+  while (!done) {
+    // The supervisor's messages first, without waiting: the sockets are this loop's wait.
+    for (bool more = true; more;) {
+      self->receive(
+          [&](stops_atom, const std::vector<std::string>& bytes) {
+            stops.clear();
+            for (const auto& b : bytes) {
+              if (wire::Control c; c.ParseFromString(b)) stops.push_back(std::move(c));
+            }
+            last_beat = Clock::now() - std::chrono::seconds(1);  // the new stage goes out now
+          },
+          [&](evaluate_atom, int64_t round, int64_t frames) {
+            eval_round = round;
+            eval_frames = frames;
+          },
+          [&](const caf::down_msg&) { done = true; },
+          caf::after(std::chrono::milliseconds(0)) >> [&] { more = false; });
+    }
+    if (done) break;
     try {
       zmq::poll(items, 1, std::chrono::milliseconds(50));
     } catch (const zmq::error_t&) {
@@ -63,18 +85,16 @@ void StatusServer(caf::blocking_actor* self, caf::actor supervisor, zmq::context
       last_beat = Clock::now();
       wire::Control beat;
       *beat.mutable_sender() = wire::MakeSender(wire::ROLE_COORDINATOR, 0, 0);
-      const auto [round, frames] = opt.board->Evaluation();
-      beat.set_evaluate_round(round);
-      beat.set_evaluate_frames(frames);
-      std::vector<wire::Control> out = {beat};
-      for (auto& c : opt.board->Get()) out.push_back(std::move(c));
-      for (const auto& c : out) (void)wire::SendMessage(control, c);
+      beat.set_evaluate_round(eval_round);
+      beat.set_evaluate_frames(eval_frames);
+      (void)wire::SendMessage(control, beat);
+      for (const auto& c : stops) (void)wire::SendMessage(control, c);
     }
-    if (!signalled && StopFlag().load()) {
+    if (!signalled && base::StopFlag().load()) {
       signalled = true;
-      self->send(supervisor, stop_atom::value, "interrupted (signal " + std::to_string(StopSignal()) + ")", 130);
+      self->send(supervisor, stop_atom::value, "interrupted (signal " + std::to_string(base::StopSignal()) + ")", 130);
     }
   }
 }
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

@@ -7,7 +7,7 @@
 
 #include "wire/config.pb.h"
 
-namespace stampede::tools {
+namespace stampede::coordinator {
 
 struct RunOptions {
   std::string config_name = "run";  // for the default run directory
@@ -41,4 +41,4 @@ int RunCheckpointsCommand(const config::Config& cfg);
 // This executable's path (children and the spec resolver run it).
 std::string SelfExePath();
 
-}  // namespace stampede::tools
+}  // namespace stampede::coordinator

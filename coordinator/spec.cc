@@ -1,4 +1,4 @@
-#include "tools/spec.h"
+#include "coordinator/spec.h"
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -21,10 +21,10 @@
 #include "wire/config.h"
 #include "wire/tasks.h"
 #include "ps/placement.h"
-#include "tools/coordinator.h"
+#include "coordinator/run.h"
 #include "wire/trajectory.h"
 
-namespace stampede::tools {
+namespace stampede::coordinator {
 
 int RunSpecCommand(const config::Config& cfg) {
   std::string error;
@@ -305,4 +305,4 @@ bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
   return true;
 }
 
-}  // namespace stampede::tools
+}  // namespace stampede::coordinator

@@ -1,4 +1,4 @@
-#include "tools/coordinator/views.h"
+#include "coordinator/views.h"
 
 #include <cmath>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include "wire/tasks.h"
 #include "wire/zmq_util.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 std::string Human(double v) {
   char buf[32];
@@ -504,4 +504,4 @@ std::string Views::Diagnose(const Core& c) {
   return os.str();
 }
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

@@ -1,4 +1,4 @@
-#include "tools/coordinator/slurm_launcher.h"
+#include "coordinator/slurm_launcher.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 
 #include "wire/zmq_util.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 SlurmLauncher::SlurmLauncher(std::string self_exe, std::string config_path, std::string run_dir, int actors_per_node,
                              SlurmLayout layout, std::string srun)
@@ -24,6 +24,10 @@ int EnvInt(const char* name, int fallback) {
 }
 }  // namespace
 
+SlurmLayout SlurmLayout::Requested(bool heterogeneous, int actor_nodes) {
+  return SlurmLayout{heterogeneous, heterogeneous ? actor_nodes : 1 + actor_nodes};
+}
+
 SlurmLayout SlurmLayout::FromEnvironment() {
   SlurmLayout l;
   const char* het = std::getenv("SLURM_JOB_NODELIST_HET_GROUP_1");
@@ -32,18 +36,28 @@ SlurmLayout SlurmLayout::FromEnvironment() {
   return l;
 }
 
+std::vector<std::string> SlurmLayout::SbatchRequests(int actors_per_node) const {
+  const std::string actors = "--nodes=" + std::to_string(nodes) + " --ntasks-per-node=" + std::to_string(actors_per_node);
+  if (heterogeneous) return {"--nodes=1 --ntasks=1", actors};
+  return {actors};
+}
+
+int SlurmLayout::HetGroup(wire::Role role) const {
+  if (!heterogeneous) return -1;
+  return role == wire::ROLE_ACTOR ? 1 : 0;
+}
+
+int SlurmLayout::Node(wire::Role role, int index, int actors_per_node) const {
+  if (role != wire::ROLE_ACTOR) return 0;
+  const int k = std::max(1, actors_per_node);
+  if (heterogeneous) return (index / k) % std::max(1, nodes);
+  return nodes > 1 ? 1 + (index / k) % (nodes - 1) : 0;
+}
+
 std::vector<std::string> SlurmLauncher::Command(wire::Role role, int index, int restarts) const {
-  const bool actor = role == wire::ROLE_ACTOR;
   std::vector<std::string> argv = {srun_};
-  int node = 0;
-  if (layout_.heterogeneous) {
-    // Group 0: PS shards and learners; group 1: the actors, actors_per_node on each node.
-    argv.push_back(actor ? "--het-group=1" : "--het-group=0");
-    if (actor) node = (index / actors_per_node_) % layout_.nodes;
-  } else if (actor && layout_.nodes > 1) {
-    // One allocation: node 0 for PS shards and learners, the others for the actors.
-    node = 1 + (index / actors_per_node_) % (layout_.nodes - 1);
-  }
+  if (const int group = layout_.HetGroup(role); group >= 0) argv.push_back("--het-group=" + std::to_string(group));
+  const int node = layout_.Node(role, index, actors_per_node_);
   for (std::string a : {std::string("--nodes=1"), std::string("--ntasks=1"), "--relative=" + std::to_string(node),
                         // Steps share the allocation's CPUs (the batch step holds node 0's;
                         // a restarted actor need not wait for its old step to be released).
@@ -79,4 +93,4 @@ std::string SlurmLauncherUnavailable() {
   return "srun is not on PATH";
 }
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

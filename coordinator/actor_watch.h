@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace stampede::tools {
+namespace stampede::coordinator {
 
 struct ActorView {
   // From the actor's own statuses.
@@ -74,4 +74,4 @@ class ActorWatch {
   std::map<int, ActorView> actors_;
 };
 
-}  // namespace stampede::tools
+}  // namespace stampede::coordinator

@@ -9,7 +9,7 @@
 
 #include "wire/messages.pb.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 // How the launcher names a process it started (the local launcher: its pid); -1: none.
 using ProcessId = int64_t;
@@ -43,4 +43,4 @@ class Launcher {
   virtual std::string LogTail(wire::Role role, int index, size_t max_bytes) const = 0;
 };
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,7 +15,7 @@
 
 #include "wire/messages.pb.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 using Scalars = std::vector<std::pair<std::string, double>>;
 
@@ -33,14 +34,18 @@ class Sinks {
   virtual void EvaluationRequest(int64_t round, int64_t env_frames) = 0;
 };
 
-// The stop messages as the status server reads them (it sends them from its thread).
-class ControlBoard;
+// Where the heartbeat's contents go once the status server is up (run.cc sends them to it
+// as messages): the current stop stage's messages and the newest evaluation request.
+struct ControlOut {
+  std::function<void(const std::vector<wire::Control>&)> stops;
+  std::function<void(int64_t round, int64_t env_frames)> evaluation;
+};
 
 class FileSinks final : public Sinks {
  public:
   // Opens RUN_DIR/metrics.jsonl (appending) and RUN_DIR/tb; a TensorBoard failure is a
   // warning, the run goes on.
-  FileSinks(const std::string& run_dir, std::shared_ptr<ControlBoard> board);
+  explicit FileSinks(const std::string& run_dir);
   ~FileSinks() override;
   void Say(const std::string& text) override;
   void Warn(const std::string& text) override;
@@ -50,12 +55,16 @@ class FileSinks final : public Sinks {
   void Processes(const std::string& text) override;
   void StopMessages(std::vector<wire::Control> stops) override;
   void EvaluationRequest(int64_t round, int64_t env_frames) override;
+  // From now on the heartbeat's contents go to `out`; what was set before is sent now.
+  void ConnectControl(ControlOut out);
 
  private:
   struct Files;
   std::string run_dir_;
   std::unique_ptr<Files> files_;
-  std::shared_ptr<ControlBoard> board_;
+  ControlOut control_;
+  std::vector<wire::Control> stops_;  // the newest of each, for ConnectControl
+  int64_t eval_round_ = 0, eval_frames_ = 0;
 };
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

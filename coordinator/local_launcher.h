@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "tools/coordinator/launcher.h"
+#include "coordinator/launcher.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 class LocalLauncher : public Launcher {
  public:
@@ -41,4 +41,4 @@ std::vector<std::string> RoleCommand(const std::string& self_exe, const std::str
 // Called from the status server's thread (waitpid is thread-safe and holds no state).
 void ReapExitedChildren(const std::function<void(ProcessId, ExitStatus)>& on_exit);
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

@@ -8,7 +8,7 @@
 // task's status, and a restart is a new job step.
 //
 // Stopping: `scancel` sends SIGTERM to every step of the job at once, so roles started
-// here ignore SIGTERM (STAMPEDE_STOP_SIGNAL=USR1, tools/signals.cc) and the coordinator,
+// here ignore SIGTERM (STAMPEDE_STOP_SIGNAL=USR1, base/signals.cc) and the coordinator,
 // which gets it too, stops them in its usual order with SIGUSR1, which srun forwards.
 // SIGKILL to srun ends the step. Slurm's KillWait bounds the whole stop: after it, Slurm
 // kills whatever is left.
@@ -17,19 +17,30 @@
 #include <string>
 #include <vector>
 
-#include "tools/coordinator/local_launcher.h"
+#include "coordinator/local_launcher.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
-// Where the roles go in the job's allocation.
+// The fleet's shape on Slurm, declared once: `stampede launch slurm` asks for it in the job
+// script (SbatchRequests) and the launcher places every role by it (HetGroup, Node).
 struct SlurmLayout {
-  // A heterogeneous job (`stampede launch slurm`'s): group 0 for the PS shards and
-  // learners, group 1 for the actors. Otherwise one allocation (a job array's task):
-  // node 0 for the PS shards and learners, nodes 1.. for the actors (node 0 too if alone).
+  // A heterogeneous job (`stampede launch slurm`'s): group 0 (one node, one task) for the
+  // coordinator, the PS shards and the learners, group 1 for the actors. Otherwise one
+  // allocation (a job array's task, which Slurm cannot make heterogeneous): node 0 for the
+  // coordinator, PS shards and learners, nodes 1.. for the actors (node 0 too if alone).
   bool heterogeneous = true;
-  int nodes = 1;  // nodes for the actors to share (group 1's, or the allocation's)
-  // From SLURM_JOB_NODELIST_HET_GROUP_1 and SLURM_JOB_NUM_NODES(_HET_GROUP_1).
+  // Group 1's nodes (heterogeneous), or the whole allocation's (one allocation).
+  int nodes = 1;
+
+  // What a job script asks for: `actor_nodes` nodes of actors beside the servers' node.
+  static SlurmLayout Requested(bool heterogeneous, int actor_nodes);
+  // What the job got: SLURM_JOB_NODELIST_HET_GROUP_1 and SLURM_JOB_NUM_NODES(_HET_GROUP_1).
   static SlurmLayout FromEnvironment();
+  // The #SBATCH node and task requests, one per component (two for a heterogeneous job).
+  std::vector<std::string> SbatchRequests(int actors_per_node) const;
+  // The role's het group (-1: the job is not heterogeneous) and node, relative to it.
+  int HetGroup(wire::Role role) const;
+  int Node(wire::Role role, int index, int actors_per_node) const;
 };
 
 class SlurmLauncher final : public LocalLauncher {
@@ -55,4 +66,4 @@ class SlurmLauncher final : public LocalLauncher {
 // Slurm job, or srun not on PATH.
 std::string SlurmLauncherUnavailable();
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

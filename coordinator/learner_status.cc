@@ -1,4 +1,4 @@
-#include "tools/coordinator/learner_status.h"
+#include "coordinator/learner_status.h"
 
 #include <algorithm>
 #include <vector>
@@ -6,7 +6,7 @@
 #include "wire/config.h"
 #include "wire/tasks.h"
 
-namespace stampede::tools::coord {
+namespace stampede::coordinator {
 
 std::pair<int64_t, double> ActorCounts::Totals() const {
   std::pair<int64_t, double> total{0, 0};
@@ -182,4 +182,4 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
   return m;
 }
 
-}  // namespace stampede::tools::coord
+}  // namespace stampede::coordinator

@@ -1,9 +1,9 @@
-#include "tools/actor_watch.h"
+#include "coordinator/actor_watch.h"
 
 #include <algorithm>
 #include <cstdio>
 
-namespace stampede::tools {
+namespace stampede::coordinator {
 
 void ActorWatch::OnActorStatus(int actor, int64_t version, int64_t heard, int64_t fetcher_resets,
                                int64_t mixed_assemblies, Clock::time_point now) {
@@ -113,4 +113,4 @@ void ActorWatch::EndRow() {
   }
 }
 
-}  // namespace stampede::tools
+}  // namespace stampede::coordinator

@@ -7,7 +7,7 @@
 
 #include "wire/config.pb.h"
 
-namespace stampede::tools {
+namespace stampede::coordinator {
 
 // The body of `stampede spec`: builds one env from `cfg`, prints its spec (protobuf
 // text) on stdout. Exit code 0, or 2 with the env's error on stderr.
@@ -27,4 +27,4 @@ int RunPsPlanCommand(config::Config cfg);
 // this machine has (queried in a child process). False with the error otherwise.
 [[nodiscard]] bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error);
 
-}  // namespace stampede::tools
+}  // namespace stampede::coordinator
