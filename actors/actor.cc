@@ -18,7 +18,6 @@
 #include "ps/client.h"
 #include "ps/placement.h"
 #include "wire/config.h"
-#include "wire/exit_codes.h"
 #include "wire/auth.h"
 #include "wire/status_channel.h"
 #include "wire/tasks.h"
@@ -286,18 +285,12 @@ ps::ClientOptions ActingClientOptions(const config::Config& cfg, const net::Para
   return co;
 }
 
-int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop) {
+base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop) {
   std::string error;
   auto core = ActorCore::Create(cfg, task_index, &error);
-  if (!core) {
-    std::fprintf(stderr, "actor %d: %s\n", task_index, error.c_str());
-    return wire::kExitRefused;
-  }
+  if (!core) return base::InvalidArgument(error);
   auto curve = wire::RunCurve(cfg, wire::Identity("actor", task_index), &error);
-  if (!curve && !error.empty()) {
-    std::fprintf(stderr, "actor %d: %s\n", task_index, error.c_str());
-    return wire::kExitRefused;
-  }
+  if (!curve && !error.empty()) return base::InvalidArgument(error);
   const uint64_t incarnation = wire::NewIncarnation();
   const wire::Sender sender = wire::MakeSender(wire::ROLE_ACTOR, task_index, incarnation);
   zmq::context_t ctx(1);
@@ -326,8 +319,7 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     try {
       inference = std::make_unique<InferenceClient>(ctx, cfg, task_index, sender, curve.get(), *core, &stop, report);
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "actor %d: %s\n", task_index, e.what());
-      return wire::kExitRefused;
+      return base::InvalidArgument(e.what());
     }
     core->SetRemote(inference.get());
   } else {
@@ -337,17 +329,15 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     const auto first_deadline = Clock::now() + std::chrono::duration<double>(
                                                    cfg.actors().first_params_timeout_s());
     while (!fetcher->WaitFirst(params, &version, std::chrono::seconds(1), &stop)) {
-      if (stop.load()) return wire::kExitOk;
-      if (!fetcher->layout_mismatch().empty()) {
-        std::fprintf(stderr, "actor %d: %s\n", task_index, fetcher->layout_mismatch().c_str());
-        return wire::kExitRefused;
-      }
+      if (stop.load()) return base::OkStatus();
+      if (!fetcher->layout_mismatch().empty()) return base::InvalidArgument(fetcher->layout_mismatch());
       report("waiting for the first parameters");
       if (Clock::now() > first_deadline) {
-        std::fprintf(stderr, "actor %d: no parameters from the PS (%d shards) after %.0f s\n",
-                     task_index, co.endpoints.empty() ? 0 : int(co.endpoints.size()),
-                     cfg.actors().first_params_timeout_s());
-        return wire::kExitFailed;  // restarted: the PS may be up by then
+        // Restarted: the PS may be up by then.
+        char what[160];
+        std::snprintf(what, sizeof what, "no parameters from the PS (%d shards) after %.0f s",
+                      co.endpoints.empty() ? 0 : int(co.endpoints.size()), cfg.actors().first_params_timeout_s());
+        return base::Unavailable(what);
       }
     }
   }
@@ -365,8 +355,7 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
       // An env failed (a plug-in's error, a Python exception) or the inference server
       // could not answer: this actor ends with the message; the coordinator restarts it.
       if (stop.load()) break;
-      std::fprintf(stderr, "actor %d: %s\n", task_index, e.what());
-      return wire::kExitFailed;
+      return base::Internal(e.what());
     }
     if (central) version = batch.meta.policy_version();
     batch.meta.set_send_wait_s(send_wait);
@@ -426,7 +415,7 @@ int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop)
     }
   }
   report("stopped");
-  return wire::kExitOk;
+  return base::OkStatus();
 }
 
 }  // namespace stampede::actors

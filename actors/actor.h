@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "net/model.h"
 #include "wire/config.pb.h"
 #include "wire/trajectory.h"
@@ -66,8 +67,9 @@ class ActorCore {
   int64_t frames_ = 0;
 };
 
-// The actor process body: fetch parameters, act, send, until `stop`. Returns the
-// process exit code (non-zero with a message on stderr on a fatal error).
-int RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop);
+// The actor process body: fetch parameters, act, send, until `stop`. Ok when stopped;
+// otherwise why it ended: its envs or config refused (kInvalidArgument), no parameters in
+// time (kUnavailable), an env or the inference server failing (kInternal).
+base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop);
 
 }  // namespace stampede::actors

@@ -188,15 +188,12 @@ bool EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, EpisodeR
   return true;
 }
 
-int RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop) {
+base::Status RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop) {
   using Clock = std::chrono::steady_clock;
   const config::EvaluationConfig& ev = cfg.evaluation();
   std::string error;
   auto curve = wire::RunCurve(cfg, wire::Identity("evaluator", index), &error);
-  if (!curve && !error.empty()) {
-    std::fprintf(stderr, "evaluator %d: %s\n", index, error.c_str());
-    return 2;
-  }
+  if (!curve && !error.empty()) return base::InvalidArgument(error);
   const wire::Sender sender = wire::MakeSender(wire::ROLE_EVALUATOR, index, wire::NewIncarnation());
   zmq::context_t ctx(1);
   wire::StatusChannel channel(ctx, cfg.cluster().coordinator(), sender, curve.get(), cfg.cluster().control(), &stop);
@@ -212,10 +209,7 @@ int RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop) 
   std::vector<std::unique_ptr<EpisodeRunner>> runners;
   for (int t = 0; t < num_tasks; ++t) {
     auto r = EpisodeRunner::Create(cfg, t, num_envs, &error);
-    if (!r) {
-      std::fprintf(stderr, "evaluator %d: task %s: %s\n", index, wire::TaskName(cfg, t).c_str(), error.c_str());
-      return 2;
-    }
+    if (!r) return base::InvalidArgument("task " + wire::TaskName(cfg, t) + ": " + error);
     runners.push_back(std::move(r));
     report("starting its envs");
   }
@@ -229,10 +223,7 @@ int RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop) 
       fetcher.Poll(params, &version);
       last_poll = Clock::now();
     }
-    if (!fetcher.layout_mismatch().empty()) {
-      std::fprintf(stderr, "evaluator %d: %s\n", index, fetcher.layout_mismatch().c_str());
-      return 2;
-    }
+    if (!fetcher.layout_mismatch().empty()) return base::InvalidArgument(fetcher.layout_mismatch());
     if (version < 0 || channel.evaluate_round() <= done_round) {
       if (Clock::now() - last_report > std::chrono::milliseconds(250)) {
         report(version < 0 ? "waiting for the first parameters" : "waiting for the next evaluation round");
@@ -269,9 +260,7 @@ int RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop) 
       EpisodeResult r;
       if (!runners[size_t(t)]->Run(params.data(), opt, &r, &error)) {
         if (stop.load()) break;
-        std::fprintf(stderr, "evaluator %d: round %lld, task %s: %s\n", index, (long long)round,
-                     wire::TaskName(cfg, t).c_str(), error.c_str());
-        return 1;
+        return base::Internal("round " + std::to_string(round) + ", task " + wire::TaskName(cfg, t) + ": " + error);
       }
       wire::EvaluationTask* et = rep.add_tasks();
       et->set_task(t);
@@ -288,7 +277,7 @@ int RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop) 
     report("evaluated round " + std::to_string(round));
   }
   report("stopped");
-  return 0;
+  return base::OkStatus();
 }
 
 }  // namespace stampede::actors

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "net/layout.h"
 
 namespace stampede::config {
@@ -67,7 +68,7 @@ class EpisodeRunner {
 
 // The evaluator process: waits for the coordinator's evaluation requests (on its control
 // socket), runs each task's episodes with the newest parameters the PS has, and reports
-// the round in its statuses. Exit codes as an actor's.
-int RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop);
+// the round in its statuses. Ok when stopped; otherwise why it ended, as an actor's.
+base::Status RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop);
 
 }  // namespace stampede::actors

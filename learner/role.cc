@@ -1,32 +1,25 @@
 #include "learner/role.h"
 
 #include <cstdio>
+#include <string>
 
 #include "learner/learner.h"
 #include "wire/auth.h"
 #include "wire/config.h"
-#include "wire/exit_codes.h"
 #include "wire/status_channel.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::learner {
 
-int RunLearnerRole(const config::Config& cfg, int task_index, int restarts, std::atomic<bool>& stop) {
+base::Status RunLearnerRole(const config::Config& cfg, int task_index, int restarts, std::atomic<bool>& stop) {
   if (task_index < 0 || task_index >= cfg.learner().num_learners()) {
-    std::fprintf(stderr, "learner: task index %d, but learner.num_learners is %d\n", task_index,
-                 cfg.learner().num_learners());
-    return 2;
+    return base::InvalidArgument("task index " + std::to_string(task_index) + ", but learner.num_learners is " +
+                                 std::to_string(cfg.learner().num_learners()));
   }
-  if (LearnerEndpoint(cfg, task_index).empty()) {
-    std::fprintf(stderr, "learner %d: cluster.learners has no endpoint for it\n", task_index);
-    return 2;
-  }
+  if (LearnerEndpoint(cfg, task_index).empty()) return base::InvalidArgument("cluster.learners has no endpoint for it");
   std::string error;
   auto curve = wire::RunCurve(cfg, wire::Identity("learner", task_index), &error);
-  if (!curve && !error.empty()) {
-    std::fprintf(stderr, "learner: %s\n", error.c_str());
-    return 2;
-  }
+  if (!curve && !error.empty()) return base::InvalidArgument(error);
   zmq::context_t ctx(1);
   const uint64_t incarnation = wire::NewIncarnation();
   // The first status goes out after Start, so the coordinator's first learner status
@@ -35,10 +28,7 @@ int RunLearnerRole(const config::Config& cfg, int task_index, int restarts, std:
                               wire::MakeSender(wire::ROLE_LEARNER, task_index, incarnation), curve.get(),
                               cfg.cluster().control(), &stop);
   Learner learner(cfg, ctx, BindEndpoint(cfg, LearnerEndpoint(cfg, task_index)), incarnation, curve, task_index, restarts > 0);
-  if (!learner.Start(&error)) {
-    std::fprintf(stderr, "learner: %s\n", error.c_str());
-    return 2;
-  }
+  if (!learner.Start(&error)) return base::InvalidArgument(error);
   while (!stop.load() && learner.failure().empty()) {
     wire::SleepUnlessStopped(cfg.learner().status_interval_s(), stop);
     learner.FillStatus(&channel.status());
@@ -50,15 +40,14 @@ int RunLearnerRole(const config::Config& cfg, int task_index, int restarts, std:
     // device cannot be trusted, so no final checkpoint either (the last one stands).
     learner.FillStatus(&channel.status());
     channel.Send(("stopped; " + failure).c_str());
-    return wire::kExitDeviceError;
+    return base::DeviceError(failure);
   }
   learner.FillStatus(&channel.status());
   if (!cfg.run_dir().empty()) {
     if (!learner.WriteCheckpoint(&error)) {
-      std::fprintf(stderr, "learner: final checkpoint failed: %s\n", error.c_str());
       learner.FillStatus(&channel.status());  // carries checkpoint_error
       channel.Send("stopped; final checkpoint FAILED");
-      return 1;
+      return base::Internal("final checkpoint failed: " + error);
     }
     if (task_index == 0) {
       std::fprintf(stderr, "learner: final checkpoint at version %lld written to %s/checkpoint.bin\n",
@@ -66,7 +55,7 @@ int RunLearnerRole(const config::Config& cfg, int task_index, int restarts, std:
     }
   }
   channel.Send("stopped");
-  return 0;
+  return base::OkStatus();
 }
 
 }  // namespace stampede::learner

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 #include <thread>
+#include <string>
 #include <vector>
 
 #include "net/from_config.h"
@@ -16,18 +17,14 @@
 
 namespace stampede::ps {
 
-int RunPsRole(const config::Config& cfg, int task_index, int restarts, std::atomic<bool>& stop) {
+base::Status RunPsRole(const config::Config& cfg, int task_index, int restarts, std::atomic<bool>& stop) {
   if (task_index < 0 || task_index >= cfg.cluster().ps_size()) {
-    std::fprintf(stderr, "ps: task index %d, but cluster.ps lists %d endpoints\n", task_index,
-                 cfg.cluster().ps_size());
-    return 2;
+    return base::InvalidArgument("task index " + std::to_string(task_index) + ", but cluster.ps lists " +
+                                 std::to_string(cfg.cluster().ps_size()) + " endpoints");
   }
   std::string error;
   auto curve = wire::RunCurve(cfg, wire::Identity("ps", task_index), &error);
-  if (!curve && !error.empty()) {
-    std::fprintf(stderr, "ps %d: %s\n", task_index, error.c_str());
-    return 2;
-  }
+  if (!curve && !error.empty()) return base::InvalidArgument(error);
   zmq::context_t ctx(1);
   // CURVE: gets from actors and learners, puts (checked per request) from learners.
   std::unique_ptr<wire::ZapHandler> zap;
@@ -64,9 +61,8 @@ int RunPsRole(const config::Config& cfg, int task_index, int restarts, std::atom
       if (listed == nullptr || !ReadPart(found.dir, *listed, &bytes, &error) ||
           !ParseShardPart(bytes, found.dir + "/" + ShardPartName(task_index), part.get(), &error) ||
           part->shard != task_index || part->num_shards != opt.num_shards) {
-        std::fprintf(stderr, "ps %d: checkpoint %s has no usable part for this shard%s%s\n", task_index,
-                     found.dir.c_str(), error.empty() ? "" : ": ", error.c_str());
-        return 2;
+        return base::InvalidArgument("checkpoint " + found.dir + " has no usable part for this shard" +
+                                     (error.empty() ? "" : ": " + error));
       }
       const int64_t mark = ReadVersionMark(opt.version_mark_path);
       std::fprintf(stderr, "ps %d: restored the parameters and optimizer state of version %lld from %s%s; serving them as version %lld\n",
@@ -79,10 +75,7 @@ int RunPsRole(const config::Config& cfg, int task_index, int restarts, std::atom
                               wire::MakeSender(wire::ROLE_PS, task_index, opt.incarnation), curve.get(),
                               cfg.cluster().control(), &stop);
   Shard shard(ctx, opt);
-  if (!shard.Bind(BindEndpoint(cfg, cfg.cluster().ps(task_index)), &error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    return 2;
-  }
+  if (!shard.Bind(BindEndpoint(cfg, cfg.cluster().ps(task_index)), &error)) return base::InvalidArgument(error);
   std::thread server([&] { shard.Run(stop); });
   auto report = [&](const char* activity) {
     wire::Status& s = channel.status();
@@ -114,7 +107,7 @@ int RunPsRole(const config::Config& cfg, int task_index, int restarts, std::atom
     }
   }
   report("stopped");
-  return 0;
+  return base::OkStatus();
 }
 
 }  // namespace stampede::ps

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "coordinator/core.h"
+#include "wire/exit_codes.h"
 #include "wire/zmq_util.h"
 
 namespace {
@@ -513,6 +515,49 @@ TEST_CASE("coordinator: a learner that ends on a device error (exit 3) is not re
   f.Advance(3s);
   CHECK(f.launcher.Take("start").empty());
   CHECK(f.sinks.warned.find("a device error: not restarted") != std::string::npos);
+}
+
+TEST_CASE("coordinator: a role's Status decides, through its exit code, whether it is restarted", "[coordinator]") {
+  // The role bodies return a base::Status and `stampede` exits with wire::ExitCode of it:
+  // what the coordinator then does is what the code promises.
+  struct Case {
+    base::Status status;
+    bool restarted;
+  };
+  const Case cases[] = {
+      {base::Unavailable("no parameters from the PS (2 shards) after 60 s"), true},
+      {base::Internal("an env failed"), true},
+      {base::InvalidArgument("checkpoint ckpt-3 has no usable part for this shard"), false},
+      {base::DeviceError("out of memory"), false},
+  };
+  for (const auto& c : cases) {
+    INFO(c.status.ToString());
+    Fixture f(TestConfig());
+    f.launcher.Take("start");
+    f.Exit(wire::ROLE_LEARNER, 0, {true, wire::ExitCode(c.status), 0});
+    f.Advance(3s);
+    CHECK(f.launcher.Take("start").size() == (c.restarted ? 1u : 0u));
+    CHECK(f.core->stopping() == !c.restarted);
+  }
+  // Stopped on request, a role returns ok and exits 0.
+  CHECK(wire::ExitCode(base::OkStatus()) == 0);
+}
+
+TEST_CASE("status: StatusOr holds a value or the failure, and Within names where it happened", "[status]") {
+  base::StatusOr<int> seven = 7;
+  REQUIRE(seven.ok());
+  CHECK(*seven == 7);
+  CHECK(seven.status().ok());
+  base::StatusOr<int> refused = base::InvalidArgument("learner.batch_size is 0");
+  CHECK_FALSE(refused.ok());
+  CHECK(refused.status().code() == base::Code::kInvalidArgument);
+  CHECK(refused.status().Within("config.textproto:12").ToString() ==
+        "invalid argument: config.textproto:12: learner.batch_size is 0");
+  // An ok Status has no value to give: it cannot pass for one.
+  base::StatusOr<std::string> empty = base::OkStatus();
+  CHECK_FALSE(empty.ok());
+  CHECK(empty.status().code() == base::Code::kInternal);
+  CHECK(base::OkStatus().Within("anywhere").ok());
 }
 
 namespace {

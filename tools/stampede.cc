@@ -11,19 +11,21 @@
 #include "actors/actor.h"
 #include "actors/evaluate.h"
 #include "actors/inference.h"
+#include "base/signals.h"
+#include "base/status.h"
+#include "coordinator/run.h"
+#include "coordinator/spec.h"
 #include "envs/env.h"
 #include "learner/role.h"
 #include "ps/role.h"
 #include "tools/bench.h"
-#include "tools/sweep.h"
-#include "coordinator/run.h"
 #include "tools/eval.h"
 #include "tools/launch.h"
 #include "tools/report.h"
-#include "base/signals.h"
-#include "coordinator/spec.h"
+#include "tools/sweep.h"
 #include "wire/auth.h"
 #include "wire/config.h"
+#include "wire/exit_codes.h"
 #include "wire/trace.h"
 
 namespace {
@@ -382,13 +384,19 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "stampede %s: %s\n", role.c_str(), error.c_str());
       }
     }
-    if (role == "actor") return stampede::actors::RunActor(loaded.config, task_index, stampede::base::StopFlag());
+    // The role's Status becomes the exit code here and only here (wire::ExitCode); a failure
+    // is said once, named after the role.
+    auto exit_with = [&](const stampede::base::Status& status) {
+      if (!status.ok()) std::fprintf(stderr, "%s %d: %s\n", role.c_str(), task_index, status.message().c_str());
+      return stampede::wire::ExitCode(status);
+    };
+    if (role == "actor") return exit_with(stampede::actors::RunActor(loaded.config, task_index, stampede::base::StopFlag()));
     if (role == "evaluator") {
       if (loaded.config.evaluation().interval_frames() <= 0) {
         std::fprintf(stderr, "stampede evaluator: the config has no evaluation (evaluation.interval_frames is 0)\n");
         return 2;
       }
-      return stampede::actors::RunEvaluator(loaded.config, task_index, stampede::base::StopFlag());
+      return exit_with(stampede::actors::RunEvaluator(loaded.config, task_index, stampede::base::StopFlag()));
     }
     if (role == "learner") {
       // actors.inference "central": this learner's actors act through a server on a
@@ -397,12 +405,10 @@ int main(int argc, char** argv) {
       if (loaded.config.actors().inference() == "central") {
         std::string error;
         inference.emplace(loaded.config, task_index, stampede::base::StopFlag());
-        if (!inference->Start(&error)) {
-          std::fprintf(stderr, "learner %d: %s\n", task_index, error.c_str());
-          return 2;
-        }
+        if (!inference->Start(&error)) return exit_with(stampede::base::InvalidArgument(error));
       }
-      const int rc = stampede::learner::RunLearnerRole(loaded.config, task_index, restarts, stampede::base::StopFlag());
+      const stampede::base::Status status =
+          stampede::learner::RunLearnerRole(loaded.config, task_index, restarts, stampede::base::StopFlag());
       if (inference) {
         inference->Stop();
         const int64_t batches = inference->batches();
@@ -410,9 +416,9 @@ int main(int argc, char** argv) {
                      task_index, (long long)batches, batches > 0 ? double(inference->envs()) / double(batches) : 0.0,
                      (long long)inference->errors());
       }
-      return rc;
+      return exit_with(status);
     }
-    return stampede::ps::RunPsRole(loaded.config, task_index, restarts, stampede::base::StopFlag());
+    return exit_with(stampede::ps::RunPsRole(loaded.config, task_index, restarts, stampede::base::StopFlag()));
   }
   return 2;
 }
