@@ -15,6 +15,7 @@
 #include "tests/in_process_shards.h"
 #include "wire/auth.h"
 #include "wire/zmq_util.h"
+#include "tests/wait.h"
 
 using namespace stampede;
 namespace fs = std::filesystem;
@@ -25,16 +26,6 @@ std::string TempDir(const std::string& name) {
   const std::string dir = (fs::temp_directory_path() / ("stampede-auth-" + name + "-" + std::to_string(::getpid()))).string();
   fs::remove_all(dir);
   return dir;
-}
-
-template <class F>
-bool WaitFor(F done, double seconds = 5) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
 }
 
 std::shared_ptr<const wire::Curve> Load(const std::string& dir, const std::string& id) {
@@ -96,7 +87,7 @@ TEST_CASE("auth: the PS takes puts from learners only and connections from the r
   std::vector<float> good(total, 0.5f);
   ps::ParamsPublisher learner(client_ctx, options(Load(dir, "learner-0"), wire::ROLE_LEARNER));
   REQUIRE(learner.Put(good, 1));
-  REQUIRE(WaitFor([&] { return shard.stats().newest_version.load() == 1; }));
+  REQUIRE(testing::WaitUntil([&] { return shard.stats().newest_version.load() == 1; }));
 
   // The actor's key connects (gets work) but its put is refused and counted.
   ps::ParamsFetcher fetcher(client_ctx, options(Load(dir, "actor-0"), wire::ROLE_ACTOR));
@@ -107,23 +98,24 @@ TEST_CASE("auth: the PS takes puts from learners only and connections from the r
   CHECK(got == good);
   ps::ParamsPublisher actor_put(client_ctx, options(Load(dir, "actor-0"), wire::ROLE_LEARNER));
   REQUIRE(actor_put.Put(std::vector<float>(total, 2.f), 1000000000000));
-  REQUIRE(WaitFor([&] { return shard.stats().refused[size_t(ps::Refusal::kUnauthorisedPut)].load() == 1; }));
+  REQUIRE(testing::WaitUntil([&] { return shard.stats().refused[size_t(ps::Refusal::kUnauthorisedPut)].load() == 1; }));
 
   // An outsider's key is refused at the handshake by ZAP: its put never arrives.
   const int64_t rejected_before = zap.rejected();
   ps::ParamsPublisher outsider(client_ctx, options(Load(outside, "learner-0"), wire::ROLE_LEARNER));
   (void)outsider.Put(std::vector<float>(total, 3.f), 1000000000000);
-  REQUIRE(WaitFor([&] { return zap.rejected() > rejected_before; }));
+  REQUIRE(testing::WaitUntil([&] { return zap.rejected() > rejected_before; }));
   // A client without CURVE fails the handshake too.
   ps::ParamsPublisher plain(client_ctx, options(nullptr, wire::ROLE_LEARNER));
   (void)plain.Put(std::vector<float>(total, 4.f), 1000000000000);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Neither put may land: the shard takes no second put within 300 ms.
+  CHECK_FALSE(testing::WaitUntil([&] { return shard.stats().puts.load() > 1; }, std::chrono::milliseconds(300)));
   CHECK(shard.stats().newest_version.load() == 1);
   CHECK(shard.stats().puts.load() == 1);
 
   // The real learner's next version still goes through.
   REQUIRE(learner.Put(good, 2));
-  REQUIRE(WaitFor([&] { return shard.stats().newest_version.load() == 2; }));
+  REQUIRE(testing::WaitUntil([&] { return shard.stats().newest_version.load() == 2; }));
   servers.Stop();
   fs::remove_all(dir);
   fs::remove_all(outside);
@@ -148,9 +140,12 @@ TEST_CASE("auth: the trajectory socket accepts actors only and names each messag
     push.set(zmq::sockopt::linger, 500);
     Load(dir, identity)->MakeClient(push, "learner-0");
     push.connect(endpoint);
+    const int64_t rejected_before = zap.rejected();
     zmq::message_t m(text.data(), text.size());
     (void)push.send(m, zmq::send_flags::dontwait);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // A key the socket refuses is refused at the handshake, by ZAP: wait for that, so the
+    // messages' order is the senders' order. An actor's message is read below.
+    if (identity.rfind("actor-", 0) != 0) REQUIRE(testing::WaitUntil([&] { return zap.rejected() > rejected_before; }));
   };
   push_from("ps-0", "from a ps");             // a run key, but not an actor's
   push_from("coordinator", "from the coordinator");

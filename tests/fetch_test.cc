@@ -19,6 +19,7 @@
 #include "ps/fetch_state.h"
 #include "ps/shard.h"
 #include "wire/zmq_util.h"
+#include "tests/wait.h"
 
 using namespace stampede;
 using Clock = std::chrono::steady_clock;
@@ -69,6 +70,9 @@ struct PausableShards {
   }
 };
 
+// Between two of an actor's sends in the Pong fleet the fetcher polls once.
+constexpr milliseconds kActorSendInterval{30};
+
 std::vector<float> Pattern(int64_t total, int64_t version) {
   std::vector<float> v(static_cast<size_t>(total));
   for (int64_t i = 0; i < total; ++i) v[size_t(i)] = float(version * 10000 + i);
@@ -97,17 +101,17 @@ TEST_CASE("fetch: a shard that answers late once does not leave the fetcher a ve
 
   fleet.Pause(1);
   REQUIRE(pub.PutAll(Pattern(total, 2), 2, nullptr));  // waits in shard 1's socket
-  std::this_thread::sleep_for(milliseconds(50));
+  REQUIRE(testing::WaitUntil([&] { return fleet.shards[0]->stats().newest_version.load() == 2; }));
   fetch.Poll(params, &version);  // shard 0's 2 is in; shard 1 says nothing yet
   CHECK(version == 1);
   fleet.Resume(1);
-  std::this_thread::sleep_for(milliseconds(150));  // shard 1 takes 2 and answers
+  REQUIRE(testing::WaitUntil([&] { return fleet.shards[1]->stats().newest_version.load() == 2; }));
 
   int64_t worst_late_lag = 0;
   const int64_t last = 40;
   for (int64_t v = 3; v <= last; ++v) {
     REQUIRE(pub.PutAll(Pattern(total, v), v, nullptr));
-    std::this_thread::sleep_for(milliseconds(30));
+    std::this_thread::sleep_for(kActorSendInterval);  // the fleet's pace, not a wait
     const int64_t before = version;
     if (fetch.Poll(params, &version)) {
       REQUIRE(version > before);

@@ -14,6 +14,7 @@
 #include "tests/in_process_shards.h"
 #include "wire/bfloat16.h"
 #include "wire/zmq_util.h"
+#include "tests/wait.h"
 
 using namespace stampede;
 
@@ -108,13 +109,7 @@ TEST_CASE("ps: a fetched version is always one whole version, and versions only 
 
 TEST_CASE("ps: a shard refuses puts for another layout or slice and stale versions", "[ps]") {
   Fleet fleet(2);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   // Puts from different sockets may arrive in any order: wait for each to land.
-  auto wait_until = [&](auto pred) {
-    while (!pred() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  };
   auto all = [&](auto field, int64_t want) {
     return [&fleet, field, want] {
       for (auto& s : fleet.shards) {
@@ -125,25 +120,25 @@ TEST_CASE("ps: a shard refuses puts for another layout or slice and stale versio
   };
   ps::ParamsPublisher pub(fleet.ctx, fleet.Options(100, wire::ROLE_LEARNER));
   REQUIRE(pub.PutAll(Pattern(100, 5), 5, nullptr));
-  wait_until(all(&ps::ShardStats::newest_version, 5));
+  REQUIRE(testing::WaitUntil(all(&ps::ShardStats::newest_version, 5)));
   auto other = fleet.Options(100, wire::ROLE_LEARNER);
   other.layout_fingerprint = 43;
   ps::ParamsPublisher wrong(fleet.ctx, other);
   REQUIRE(wrong.PutAll(Pattern(100, 6), 6, nullptr));
-  wait_until(all(&ps::ShardStats::bad_requests, 1));
+  REQUIRE(testing::WaitUntil(all(&ps::ShardStats::bad_requests, 1)));
   // A put older than what the shards hold (from another publisher: one publisher never
   // sends a version older than its last).
   ps::ParamsPublisher late(fleet.ctx, fleet.Options(100, wire::ROLE_LEARNER));
   REQUIRE(late.PutAll(Pattern(100, 3), 3, nullptr));
-  wait_until(all(&ps::ShardStats::stale_puts, 1));
+  REQUIRE(testing::WaitUntil(all(&ps::ShardStats::stale_puts, 1)));
   REQUIRE(pub.PutAll(Pattern(100, 7), 7, nullptr));
-  wait_until(all(&ps::ShardStats::newest_version, 7));
+  REQUIRE(testing::WaitUntil(all(&ps::ShardStats::newest_version, 7)));
   // A put holding NaN (a newer version, the right layout) is refused: actors never get it.
   std::vector<float> poisoned = Pattern(100, 8);
   for (auto& x : poisoned) x = std::numeric_limits<float>::quiet_NaN();
   ps::ParamsPublisher nan_pub(fleet.ctx, fleet.Options(100, wire::ROLE_LEARNER));
   REQUIRE(nan_pub.PutAll(poisoned, 1000000000000, nullptr));
-  wait_until(all(&ps::ShardStats::bad_requests, 2));
+  REQUIRE(testing::WaitUntil(all(&ps::ShardStats::bad_requests, 2)));
   for (auto& s : fleet.shards) {
     CHECK(s->stats().newest_version.load() == 7);
     CHECK(s->stats().bad_requests.load() == 2);  // the other layout's put and the NaN put

@@ -15,6 +15,7 @@
 #include "tests/wire_helpers.h"
 #include "wire/trajectory.h"
 #include "wire/zmq_util.h"
+#include "tests/wait.h"
 
 using namespace stampede;
 using wire::DropReason;
@@ -340,11 +341,8 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
     sent_bad += 4;
   }
   // 30 good messages of 2 unrolls = 60 unrolls = 15 batches of 4.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while ((learner.learner_steps() < 15 || learner.dropped_total() < sent_bad) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  REQUIRE(testing::WaitUntil([&] { return learner.learner_steps() >= 15 && learner.dropped_total() >= sent_bad; },
+                              std::chrono::seconds(30)));
   CHECK(learner.learner_steps() == 15);
   CHECK(learner.env_frames() == 30 * 2 * 5);
   CHECK(learner.dropped(DropReason::kNonFinite) == 30);
@@ -360,11 +358,9 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
   CHECK(status.episodes() == 30);
   CHECK(status.mean_return_100() == Approx(12.5));
   // The newest version reaches every shard, even if a put found a full queue.
-  while ((shards[0]->stats().newest_version.load() < 15 ||
-          shards[1]->stats().newest_version.load() < 15) &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  CHECK(testing::WaitUntil([&] {
+    return shards[0]->stats().newest_version.load() >= 15 && shards[1]->stats().newest_version.load() >= 15;
+  }));
   learner.Stop();
   servers.Stop();
   // The shards hold the learner's newest published version.
@@ -417,12 +413,10 @@ TEST_CASE("wire: a live learner skips and counts a step whose loss is not finite
     REQUIRE(wire::SendTrajectory(push, b));
   }
   wire::Status status;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (std::chrono::steady_clock::now() < deadline) {
+  REQUIRE(testing::WaitUntil([&] {
     learner.FillStatus(&status);
-    if (status.skipped_steps() + learner.learner_steps() >= 4) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+    return status.skipped_steps() + learner.learner_steps() >= 4;
+  }, std::chrono::seconds(30)));
   learner.FillStatus(&status);
   CHECK(status.skipped_steps() == 2);
   CHECK(learner.learner_steps() == 2);
@@ -465,11 +459,9 @@ TEST_CASE("wire: a live learner with replay mixes exactly fraction x B replayed 
   }
   // 60 fresh unrolls: the first batch is all fresh (the table is empty); once its 4 are
   // in the table, every batch is 2 fresh + 2 replayed: 1 + 56 / 2 = 29 steps.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (learner.learner_steps() < 29 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // no 30th step may come
+  REQUIRE(testing::WaitUntil([&] { return learner.learner_steps() >= 29; }, std::chrono::seconds(30)));
+  // No 30th step may come: there is no fresh unroll left for it.
+  CHECK_FALSE(testing::WaitUntil([&] { return learner.learner_steps() > 29; }, std::chrono::milliseconds(50)));
   wire::Status status;
   learner.FillStatus(&status);
   learner.Stop();
