@@ -38,6 +38,14 @@ double WindowMean(const std::deque<float>& window) {
 }
 
 namespace {
+// The longest one wait on the PS's sockets lasts before the caller looks at its deadline
+// and the stop flag again (a reply wakes it at once).
+constexpr std::chrono::milliseconds kPsWait{5};
+// A restarted learner asks the shards what they hold for at most this long.
+constexpr std::chrono::seconds kRestartProbe{3};
+// The chief waits this long for the shards' parts of the final checkpoint.
+constexpr std::chrono::seconds kFinalCheckpointWait{20};
+
 net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg) {
   const auto& lc = cfg.learner();
   const LossOptions lo = LossOptionsFrom(cfg);
@@ -182,10 +190,7 @@ bool Learner::Start(std::string* error) {
     std::vector<float> served(m.params.size());
     int64_t assembled = -1, ps_version = -1;
     const int64_t restored = version_.load();
-    const auto deadline = Clock::now() + std::chrono::seconds(3);
-    while (!m.stop.load() && Clock::now() < deadline && !m.fetcher->Poll(served, &assembled)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    (void)m.fetcher->WaitFirst(served, &assembled, kRestartProbe, &m.stop);
     for (int64_t v : m.fetcher->newest_versions()) ps_version = std::max(ps_version, v);
     if (ps_version >= 0) {
       version_ = std::max(version_.load(), ps_version + 1);
@@ -216,7 +221,7 @@ bool Learner::Start(std::string* error) {
                  std::to_string(int(m.cfg.actors().first_params_timeout_s())) + " s (actors.first_params_timeout_s)";
         return false;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      (void)m.fetcher->WaitForReply(kPsWait);
     }
     // A restarted learner continues the count the PS kept for it.
     const auto& by_learner = m.fetcher->env_frames_by_learner();
@@ -325,15 +330,19 @@ bool Learner::WriteCheckpoint(std::string* error) {
     m.PollShardedCheckpoint(error);  // one in progress completes or is dropped
     error->clear();
     m.StartShardedCheckpoint();
-    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    const auto deadline = Clock::now() + kFinalCheckpointWait;
     while (m.ckpt_sequence != 0 && Clock::now() < deadline) {
       if (m.PollShardedCheckpoint(error)) break;
       if (m.ckpt_sequence == 0 && m.ckpt_abandoned) m.StartShardedCheckpoint();  // a shard restarted: again
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      (void)m.publisher->WaitForReply(kPsWait);
     }
-    if (m.ckpt_sequence != 0) *error = m.ckpt_dir + ": the shards did not write their parts within 20 s";
+    if (m.ckpt_sequence != 0) {
+      *error = m.ckpt_dir + ": the shards did not write their parts within " +
+               std::to_string(kFinalCheckpointWait.count()) + " s";
+    }
     m.ckpt_sequence = 0;
-    for (int i = 0; i < 20 && !m.PollParams(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    // The shards' newest parameters, for eval and export: whatever comes within kPsWait x 20.
+    for (int i = 0; i < 20 && !m.PollParams(); ++i) (void)m.fetcher->WaitForReply(kPsWait);
     if (!error->empty()) {
       base::MutexLock lock(m.mu);
       m.checkpoint_error = *error;

@@ -2,6 +2,11 @@
 
 namespace stampede::learner {
 
+namespace {
+// How often a receiver whose frame budget is spent looks at the stop flag.
+constexpr std::chrono::milliseconds kBudgetSpentWait{20};
+}  // namespace
+
 void Learner::Impl::ReceiveLoop() {
   std::vector<zmq::message_t> parts;
   zmq::pollitem_t items[] = {{socket->handle(), 0, ZMQ_POLLIN, 0}};
@@ -9,7 +14,8 @@ void Learner::Impl::ReceiveLoop() {
   while (!stop.load()) {
     if (GlobalFrames() >= budget) {
       // The global frame budget is spent: take no more (the coordinator stops the run).
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      // Nothing but the stop flag can end this wait, and a flag has no event to wait on.
+      std::this_thread::sleep_for(kBudgetSpentWait);
       continue;
     }
     wire::Poll(items, 1, std::chrono::milliseconds(100));

@@ -2,6 +2,15 @@
 
 namespace stampede::learner {
 
+namespace {
+// Before a gradient, the shards' replies are read for up to this long while they keep
+// coming (ps::ParamsFetcher::PollFresh).
+constexpr std::chrono::milliseconds kFreshWait{1};
+// Sync: the longest one wait for the shards' next version lasts before the loop looks at
+// the stop flag and its checkpoint again (a reply wakes it at once).
+constexpr std::chrono::milliseconds kSyncWait{5};
+}  // namespace
+
 void Learner::Impl::TrainLoop() {
   const auto& lc = cfg.learner();
   const int B = lc.batch_size(), T = cfg.actors().unroll_length();
@@ -107,7 +116,7 @@ void Learner::Impl::TrainLoop() {
 
 bool Learner::Impl::PollParams(bool fresh) {
   int64_t v = self->version_.load();
-  const bool got = fresh ? fetcher->PollFresh(params, &v, std::chrono::microseconds(1000)) : fetcher->Poll(params, &v);
+  const bool got = fresh ? fetcher->PollFresh(params, &v, kFreshWait) : fetcher->Poll(params, &v);
   if (got) self->version_ = v;
   const auto& by = fetcher->env_frames_by_learner();
   int64_t others = 0;
@@ -249,7 +258,8 @@ void Learner::Impl::TrainLoopSharded() {
       for (size_t i = 0; i < pushed.size(); ++i) moved = moved && now_at[i] > pushed[i];
       if (!moved) {
         if (sync_wait_start < 0 && wire::Trace::on()) sync_wait_start = wire::Trace::NowUs();
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        // Wait for the shards' next version (a reply), then look again.
+        (void)fetcher->WaitForReply(kSyncWait);
         continue;
       }
       if (sync_wait_start >= 0) {

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
-#include <thread>
 
 #include "net/layout.h"
 #include "ps/fetch_state.h"
@@ -23,6 +22,16 @@ using Clock = std::chrono::steady_clock;
 // request or reply can leave an actor on old parameters). A repeated request
 // replaces the held one at the shard, so it costs one small message.
 constexpr auto kRequestTimeout = std::chrono::milliseconds(250);
+// The longest a blocking call waits on its sockets before it looks at the stop flag again.
+constexpr auto kStopCheck = std::chrono::milliseconds(100);
+
+// Blocks until one of `sockets` has `events` ready or `max_wait` passes.
+template <class Sockets, class Get>
+bool WaitOn(Sockets& sockets, Get socket_of, short events, std::chrono::milliseconds max_wait) {
+  std::vector<zmq::pollitem_t> items;
+  for (auto& s : sockets) items.push_back({socket_of(s).handle(), 0, events, 0});
+  return wire::Poll(items.data(), items.size(), max_wait) > 0;
+}
 
 struct ParamsFetcher::ShardState {
   zmq::socket_t socket;
@@ -184,17 +193,19 @@ std::vector<int64_t> ParamsFetcher::newest_versions() const {
   return out;
 }
 
-bool ParamsFetcher::PollFresh(std::span<float> params, int64_t* version, std::chrono::microseconds max_wait) {
+bool ParamsFetcher::PollFresh(std::span<float> params, int64_t* version, std::chrono::milliseconds max_wait) {
   const auto deadline = Clock::now() + max_wait;
   bool got = Poll(params, version);
-  int64_t seen = replies_;
-  while (Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  // While replies keep coming within the wait: nothing more means the shards have nothing newer.
+  while (Clock::now() < deadline &&
+         WaitForReply(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()))) {
     got = Poll(params, version) || got;
-    if (replies_ == seen) break;  // nothing more came: the shards have nothing newer
-    seen = replies_;
   }
   return got;
+}
+
+bool ParamsFetcher::WaitForReply(std::chrono::milliseconds max_wait) {
+  return WaitOn(shards_, [](auto& s) -> zmq::socket_t& { return s->socket; }, ZMQ_POLLIN, max_wait);
 }
 
 bool ParamsFetcher::WaitFirst(std::span<float> params, int64_t* version,
@@ -203,7 +214,8 @@ bool ParamsFetcher::WaitFirst(std::span<float> params, int64_t* version,
   while (Clock::now() < deadline) {
     if (stop != nullptr && stop->load()) return false;
     if (Poll(params, version)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Poll sends what is due again after kRequestTimeout: wake for a reply or by then.
+    (void)WaitForReply(std::min(kStopCheck, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())));
   }
   return false;
 }
@@ -263,7 +275,7 @@ bool ParamsPublisher::PushGradient(std::span<const float> grad, const std::vecto
     const wire::Frame frames[] = {{data, size_t(push->slice().count()) * sizeof(float)}};
     while (!wire::SendMessage(sockets_[size_t(i)], req, frames)) {
       if (stop != nullptr && stop->load()) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      (void)WaitWritable(i, kStopCheck);
     }
   }
   return true;
@@ -274,6 +286,15 @@ bool ParamsPublisher::RequestCheckpoint(int64_t sequence, int shard) {
   *req.mutable_sender() = opt_.sender;
   req.mutable_checkpoint()->set_sequence(sequence);
   return wire::SendMessage(sockets_.at(size_t(shard)), req, {});
+}
+
+bool ParamsPublisher::WaitForReply(std::chrono::milliseconds max_wait) {
+  return WaitOn(sockets_, [](zmq::socket_t& s) -> zmq::socket_t& { return s; }, ZMQ_POLLIN, max_wait);
+}
+
+bool ParamsPublisher::WaitWritable(int shard, std::chrono::milliseconds max_wait) {
+  zmq::pollitem_t item{sockets_.at(size_t(shard)).handle(), 0, ZMQ_POLLOUT, 0};
+  return wire::Poll(&item, 1, max_wait) > 0;
 }
 
 void ParamsPublisher::PollCheckpointDone(std::vector<wire::CheckpointDone>* done) {
@@ -301,7 +322,13 @@ bool ParamsPublisher::PutAll(std::span<const float> params, int64_t version,
                              const std::atomic<bool>* stop) {
   while (!Put(params, version)) {
     if (stop != nullptr && stop->load()) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Wait for room at the first shard that has not taken this version yet.
+    for (int i = 0; i < int(sockets_.size()); ++i) {
+      if (sent_version_[size_t(i)] < version) {
+        (void)WaitWritable(i, kStopCheck);
+        break;
+      }
+    }
   }
   return true;
 }

@@ -55,12 +55,15 @@ class ParamsFetcher {
   // Non-blocking. If a complete version newer than *version is assembled, copies it
   // into params (total_size floats), sets *version and returns true.
   bool Poll(std::span<float> params, int64_t* version);
-  // Blocks (polling every 10 ms) until a first complete version arrives, `timeout`
-  // passes or *stop becomes true.
   // Poll, then keep polling for up to `max_wait` while replies keep arriving: a learner
   // about to compute a gradient takes the newest version the shards have right now
   // (a reply read by Poll may be older than what its shard holds by then).
-  bool PollFresh(std::span<float> params, int64_t* version, std::chrono::microseconds max_wait);
+  bool PollFresh(std::span<float> params, int64_t* version, std::chrono::milliseconds max_wait);
+  // Blocks until a reply from any shard is there to read (true) or `max_wait` passes: the
+  // event a caller waiting for parameters waits on, instead of sleeping between polls.
+  bool WaitForReply(std::chrono::milliseconds max_wait);
+  // Blocks (waiting on the shards' replies) until a first complete version arrives,
+  // `timeout` passes or *stop becomes true.
   bool WaitFirst(std::span<float> params, int64_t* version, std::chrono::duration<double> timeout,
                  const std::atomic<bool>* stop);
   int64_t rejected_replies() const { return rejected_; }
@@ -130,6 +133,8 @@ class ParamsPublisher {
   bool RequestCheckpoint(int64_t sequence, int shard);
   // Reads shards' answers to checkpoint requests (non-blocking); appends them to `done`.
   void PollCheckpointDone(std::vector<wire::CheckpointDone>* done);
+  // Blocks until an answer from any shard is there to read (true) or `max_wait` passes.
+  bool WaitForReply(std::chrono::milliseconds max_wait);
 
  private:
   // Fills a put's or push's geometry and counters for `shard`; returns its data
@@ -137,6 +142,8 @@ class ParamsPublisher {
   const float* Slice(int shard, std::span<const float> values, int64_t version, wire::ParamsSlice* out);
   int64_t env_frames_ = 0;
   bool PutShard(int shard, std::span<const float> params, int64_t version);
+  // Blocks until `shard`'s send queue has room (true) or `max_wait` passes.
+  bool WaitWritable(int shard, std::chrono::milliseconds max_wait);
   ClientOptions opt_;
   std::vector<zmq::socket_t> sockets_;
   std::vector<int64_t> sent_version_;  // per shard, the newest version queued to it

@@ -17,6 +17,11 @@
 
 namespace stampede::ps {
 
+namespace {
+// A shard reports to the coordinator this often (its heartbeat and counters).
+constexpr double kStatusIntervalS = 1.0;
+}  // namespace
+
 base::Status RunPsRole(const config::Config& cfg, int task_index, int restarts, std::atomic<bool>& stop) {
   if (task_index < 0 || task_index >= cfg.cluster().ps_size()) {
     return base::InvalidArgument("task index " + std::to_string(task_index) + ", but cluster.ps lists " +
@@ -95,7 +100,7 @@ base::Status RunPsRole(const config::Config& cfg, int task_index, int restarts, 
   };
   while (!stop.load()) {
     report("serving");
-    wire::SleepUnlessStopped(1.0, stop);
+    wire::SleepUnlessStopped(kStatusIntervalS, stop);
   }
   server.join();
   if (!opt.version_mark_path.empty() && shard.stats().newest_version.load() >= 0) {
