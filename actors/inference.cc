@@ -341,6 +341,9 @@ struct InferenceServer::Impl {
     if (S > 0) std::copy(batch_state.begin(), batch_state.end(), states_before.begin());
     net->Step(params.data(), batch_obs.data(), n, nullptr, batch_state.data(), batch_state.data(), logits.data(),
               nullptr);
+    // Counted before any reply goes out: a client that has its reply sees the batch counted.
+    ++batches;
+    envs += n;
     row = 0;
     for (size_t i = 0; i < count; ++i) {
       const Pending& p = pending[i];
@@ -362,8 +365,6 @@ struct InferenceServer::Impl {
       pending_envs -= pending.front().req.num_envs();
       pending.pop_front();
     }
-    ++batches;
-    envs += n;
   }
 
   void Serve() {
