@@ -280,9 +280,10 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   {
     // Before any process or socket starts: a missing plug-in, a bad kwarg or an
     // unsupported space stops the run here.
-    std::string error;
-    if (!ResolveEnvSpec(SelfExePath(), &cfg, &error) || !CheckNetworkAndDevice(cfg, &error)) {
-      std::fprintf(stderr, "stampede: %s\n", error.c_str());
+    base::Status checked = ResolveEnvSpec(SelfExePath(), &cfg);
+    if (checked.ok()) checked = CheckNetworkAndDevice(cfg);
+    if (!checked.ok()) {
+      std::fprintf(stderr, "stampede: %s\n", checked.message().c_str());
       result.exit_code = 2;
       return result;
     }

@@ -83,12 +83,11 @@ std::string ReadAll(const std::string& path) {
 
 namespace {
 // Resolves the one env of `one` (a config without tasks) in a child process.
-bool ResolveOne(const std::string& self_exe, config::Config one, config::EnvSpec* out, std::string* error) {
+base::Status ResolveOne(const std::string& self_exe, config::Config one, config::EnvSpec* out) {
   one.mutable_env()->clear_resolved_spec();
   char dir_template[] = "/tmp/stampede-spec-XXXXXX";
   if (::mkdtemp(dir_template) == nullptr) {
-    *error = "cannot make a temporary directory to resolve the env spec";
-    return false;
+    return base::InvalidArgument("cannot make a temporary directory to resolve the env spec");
   }
   const std::string dir = dir_template;
   const std::string config_path = dir + "/config.textproto", out_path = dir + "/spec.textproto",
@@ -116,17 +115,17 @@ bool ResolveOne(const std::string& self_exe, config::Config one, config::EnvSpec
       why = WIFSIGNALED(status) ? "the env crashed (signal " + std::to_string(WTERMSIG(status)) + ")"
                                 : "`stampede spec` failed with exit code " + std::to_string(WEXITSTATUS(status));
     }
-    *error = "cannot resolve the env's spec: " + why;
-    return false;
+    return base::InvalidArgument("cannot resolve the env's spec: " + why);
   }
   if (!google::protobuf::TextFormat::ParseFromString(text, out)) {
-    *error = "`stampede spec` printed an unreadable spec:\n" + text;
-    return false;
+    return base::InvalidArgument("`stampede spec` printed an unreadable spec:\n" + text);
   }
   config::Config with = one;
   *with.mutable_env()->mutable_resolved_spec() = *out;
   wire::StepShape shape;
-  return ResolvedStepShape(with, &shape, error);
+  std::string error;
+  if (!ResolvedStepShape(with, &shape, &error)) return base::InvalidArgument(error);
+  return base::OkStatus();
 }
 
 void AbsolutePlugin(config::EnvConfig* env) {
@@ -134,16 +133,14 @@ void AbsolutePlugin(config::EnvConfig* env) {
 }
 }  // namespace
 
-bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::string* error) {
+base::Status ResolveEnvSpec(const std::string& self_exe, config::Config* cfg) {
+  std::string error;  // what a helper below says
   if (cfg->tasks_size() == 0) {
     AbsolutePlugin(cfg->mutable_env());
     config::EnvSpec spec;
-    if (!ResolveOne(self_exe, *cfg, &spec, error)) {
-      *error = "env: " + *error;
-      return false;
-    }
+    if (const base::Status one = ResolveOne(self_exe, *cfg, &spec); !one.ok()) return one.Within("env");
     *cfg->mutable_env()->mutable_resolved_spec() = spec;
-    return true;
+    return base::OkStatus();
   }
   // A suite: every task's env on its own, then the joint spec the network is built for.
   for (int t = 0; t < cfg->tasks_size(); ++t) {
@@ -152,28 +149,30 @@ bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::strin
     config::Config one = wire::TaskEnvConfig(*cfg, t);
     one.clear_tasks();
     config::EnvSpec spec;
-    if (!ResolveOne(self_exe, one, &spec, error)) {
-      *error = "task \"" + cfg->tasks(t).name() + "\": " + *error;
-      return false;
+    if (const base::Status resolved = ResolveOne(self_exe, one, &spec); !resolved.ok()) {
+      return resolved.Within("task \"" + cfg->tasks(t).name() + "\"");
     }
     *env->mutable_resolved_spec() = spec;
   }
   config::EnvSpec joint;
-  if (!wire::JoinTaskSpecs(*cfg, &joint, error)) return false;
+  if (!wire::JoinTaskSpecs(*cfg, &joint, &error)) return base::InvalidArgument(error);
   *cfg->mutable_env()->mutable_resolved_spec() = joint;
   wire::StepShape shape;
-  if (!ResolvedStepShape(*cfg, &shape, error)) {
-    *error = "the suite's joint spec: " + *error;
-    return false;
+  if (!ResolvedStepShape(*cfg, &shape, &error)) {
+    return base::InvalidArgument("the suite's joint spec: " + error);
   }
-  return true;
+  return base::OkStatus();
 }
 
 int RunPsPlanCommand(config::Config cfg) {
   std::string error;
   wire::StepShape shape;
   std::unique_ptr<net::Model<float>> model;
-  if (!ResolveEnvSpec(SelfExePath(), &cfg, &error) || !ResolvedStepShape(cfg, &shape, &error) ||
+  if (const base::Status resolved = ResolveEnvSpec(SelfExePath(), &cfg); !resolved.ok()) {
+    std::fprintf(stderr, "stampede ps-plan: %s\n", resolved.message().c_str());
+    return 2;
+  }
+  if (!ResolvedStepShape(cfg, &shape, &error) ||
       !(model = net::MakeModelFromConfig(cfg, shape, &error))) {
     std::fprintf(stderr, "stampede ps-plan: %s\n", error.c_str());
     return 2;
@@ -182,38 +181,35 @@ int RunPsPlanCommand(config::Config cfg) {
   return 0;
 }
 
-bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
+base::Status CheckNetworkAndDevice(const config::Config& cfg) {
+  std::string error;  // what a helper below says
   wire::StepShape shape;
-  if (!ResolvedStepShape(cfg, &shape, error)) return false;
-  auto model = net::MakeModelFromConfig(cfg, shape, error);
+  if (!ResolvedStepShape(cfg, &shape, &error)) return base::InvalidArgument(error);
+  auto model = net::MakeModelFromConfig(cfg, shape, &error);
   if (!model) {
-    *error = "net: " + *error;
-    return false;
+    return base::InvalidArgument("net: " + error);
   }
   // Every message the run implies must fit what its receivers accept.
   const int64_t params = model->layout().total_size();
   constexpr int64_t kMaxParams = int64_t(1) << 29;  // 2 GiB of float32
   if (params > kMaxParams) {
-    *error = "net: " + std::to_string(params) + " parameters, more than the " +
-             std::to_string(kMaxParams) + " a run accepts";
-    return false;
+    return base::InvalidArgument("net: " + std::to_string(params) + " parameters, more than the " +
+             std::to_string(kMaxParams) + " a run accepts");
   }
   const int64_t max_bytes = cfg.cluster().max_message_bytes();
   const int64_t trajectory = wire::TrajectoryBytes(cfg.actors().unroll_length(), cfg.actors().envs_per_actor(), shape) +
                              64 * 1024;  // the header: episodes, array descriptions
   if (trajectory > max_bytes) {
-    *error = "cluster.max_message_bytes: " + std::to_string(max_bytes) + " cannot carry one trajectory (" +
+    return base::InvalidArgument("cluster.max_message_bytes: " + std::to_string(max_bytes) + " cannot carry one trajectory (" +
              std::to_string(trajectory) + " bytes for actors.unroll_length " +
              std::to_string(cfg.actors().unroll_length()) + " x actors.envs_per_actor " +
-             std::to_string(cfg.actors().envs_per_actor()) + ")";
-    return false;
+             std::to_string(cfg.actors().envs_per_actor()) + ")");
   }
   const int64_t slice = (params + cfg.ps().num_shards() - 1) / cfg.ps().num_shards() * 4 + 4096;
   if (slice > max_bytes) {
-    *error = "cluster.max_message_bytes: " + std::to_string(max_bytes) + " cannot carry one parameter slice (" +
+    return base::InvalidArgument("cluster.max_message_bytes: " + std::to_string(max_bytes) + " cannot carry one parameter slice (" +
              std::to_string(slice) + " bytes: " + std::to_string(params) + " parameters over " +
-             std::to_string(cfg.ps().num_shards()) + " shards)";
-    return false;
+             std::to_string(cfg.ps().num_shards()) + " shards)");
   }
   // A lower bound of what the fleet holds on this machine (`stampede run` starts every
   // process here): the learner's parameters, gradient and optimizer state, its queue of
@@ -251,28 +247,25 @@ bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
                     need / (1 << 30), learner / (1 << 30), cfg.learner().queue_capacity(), queued,
                     double(trajectory) / (1 << 20), table / (1 << 30), ps / (1 << 30), cfg.ps().versions_kept(),
                     actors / (1 << 30), machine / (1 << 30));
-      *error = buf;
-      return false;
+      return base::InvalidArgument(buf);
     }
   }
   const std::string device = cfg.learner().device();
-  if (device == "cpu") return true;
+  if (device == "cpu") return base::OkStatus();
   {
     const auto limits = wire::TaskActionLimits(cfg);
     const bool masked = std::any_of(limits.begin(), limits.end(),
                                     [&](int a) { return a < shape.num_actions; });
     if (PopArtOn(cfg) || masked) {
-      *error = "learner.device: \"" + device + "\": " +
+      return base::InvalidArgument("learner.device: \"" + device + "\": " +
                (PopArtOn(cfg) ? std::string("learner.popart") : std::string("per-task action masks (tasks with fewer actions than the suite's union)")) +
-               " run on the CPU learner only; use learner.device: \"cpu\"";
-      return false;
+               " run on the CPU learner only; use learner.device: \"cpu\"");
     }
   }
   // Ask in a child, so this process (which starts the fleet) never initialises CUDA.
   int fds[2];
   if (::pipe(fds) != 0) {
-    *error = "learner.device: cannot make a pipe to query CUDA";
-    return false;
+    return base::InvalidArgument("learner.device: cannot make a pipe to query CUDA");
   }
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -297,12 +290,11 @@ bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error) {
   const int count = nl == std::string::npos ? 0 : std::atoi(reply.substr(0, nl).c_str());
   const std::string why = nl == std::string::npos ? "the CUDA query failed" : reply.substr(nl + 1);
   if (index >= count) {
-    *error = "learner.device: \"" + device + "\" asks for a GPU, but " +
+    return base::InvalidArgument("learner.device: \"" + device + "\" asks for a GPU, but " +
              (count == 0 ? why : "this machine has " + std::to_string(count) + " CUDA devices") +
-             "; use learner.device: \"cpu\"";
-    return false;
+             "; use learner.device: \"cpu\"");
   }
-  return true;
+  return base::OkStatus();
 }
 
 }  // namespace stampede::coordinator

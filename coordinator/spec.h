@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "base/status.h"
 #include "wire/config.pb.h"
 
 namespace stampede::coordinator {
@@ -18,13 +19,16 @@ int RunSpecCommand(const config::Config& cfg);
 int RunPsPlanCommand(config::Config cfg);
 
 // Runs `self_exe spec` on `cfg` in a child process and stores the result in
-// cfg->env().resolved_spec(); makes a relative plug-in path absolute first. False with
-// the child's error (naming the env) on failure or when the spec cannot be trained on.
-[[nodiscard]] bool ResolveEnvSpec(const std::string& self_exe, config::Config* cfg, std::string* error);
+// cfg->env().resolved_spec(); makes a relative plug-in path absolute first. Invalid
+// argument, with the child's error (naming the env), on failure or when the spec cannot
+// be trained on.
+base::Status ResolveEnvSpec(const std::string& self_exe, config::Config* cfg);
 
 // The config's network builds for its resolved env spec (a CNN on vector observations,
-// an image too small for the torso are refused), and learner.device names a device
-// this machine has (queried in a child process). False with the error otherwise.
-[[nodiscard]] bool CheckNetworkAndDevice(const config::Config& cfg, std::string* error);
+// an image too small for the torso are refused), the run's messages fit
+// cluster.max_message_bytes, the fleet fits this machine's memory, and learner.device
+// names a device this machine has (queried in a child process). Invalid argument, naming
+// the field, otherwise.
+base::Status CheckNetworkAndDevice(const config::Config& cfg);
 
 }  // namespace stampede::coordinator

@@ -33,8 +33,10 @@ bool LoadEvalConfig(const std::string& checkpoint, const std::string& given, con
     return false;
   }
   *cfg = loaded.config;
-  if (!cfg->env().has_resolved_spec()) return coordinator::ResolveEnvSpec(self_exe, cfg, error);
-  return true;
+  if (cfg->env().has_resolved_spec()) return true;
+  const base::Status resolved = coordinator::ResolveEnvSpec(self_exe, cfg);
+  if (!resolved.ok()) *error = resolved.message();
+  return resolved.ok();
 }
 
 bool LoadParams(const std::string& checkpoint, const net::ParamLayout& layout, learner::CheckpointData* d,

@@ -160,7 +160,10 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   }
   if (opt.learner_gpus > 0) cfg.mutable_learner()->set_device("cuda:0");
   // The spec the actors' env has, resolved here, so every pod reads one finished config.
-  if (!coordinator::ResolveEnvSpec(coordinator::SelfExePath(), &cfg, error)) return false;
+  if (const base::Status resolved = coordinator::ResolveEnvSpec(coordinator::SelfExePath(), &cfg); !resolved.ok()) {
+    *error = resolved.message();
+    return false;
+  }
   const std::string domain = "." + w.ns + ".svc.cluster.local";
   auto* cl = cfg.mutable_cluster();
   cl->clear_ps();
