@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 
+#include "actors/acting.h"
 #include "actors/env_source.h"
 #include "actors/inference.h"
 #include "actors/params_client.h"
@@ -47,8 +48,8 @@ struct ActorCore::Impl {
   std::vector<float> final_values;
   std::vector<float> clipped;     // [E, D]: box actions as the env gets them
   std::vector<std::byte> final_obs;
-  std::vector<double> episode_return;
-  std::vector<int> episode_length, truncated_envs;
+  EpisodeBooks books;
+  std::vector<int> truncated_envs;
   // A suite's task: its observations are brought to the joint shape, and its policy is
   // masked to its own actions (those below action_limit).
   int task = 0;
@@ -116,8 +117,7 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   m->V = m->net->num_values();
   m->final_values.resize(size_t(m->E) * m->V);
   if (m->net->spec().popart) m->popart_stats = m->net->layout().Find("popart/stats").offset;
-  m->episode_return.assign(m->E, 0);
-  m->episode_length.assign(m->E, 0);
+  m->books = EpisodeBooks(m->E);
   m->truncated_envs.reserve(m->E);
   return std::unique_ptr<ActorCore>(new ActorCore(std::move(m)));
 }
@@ -149,8 +149,7 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
       m.env->Reset(SplitMix(m.cfg.seed() ^ SplitMix(uint64_t(m.task_index) << 20)), m.task_obs.data());
       m.adapter.Apply(m.task_obs.data(), E, out->obs_row(0));
     }
-    std::fill(m.episode_return.begin(), m.episode_return.end(), 0.0);
-    std::fill(m.episode_length.begin(), m.episode_length.end(), 0);
+    m.books.Clear();
     std::fill(m.episode_start.begin(), m.episode_start.end(), 1);
     m.started = true;
   } else {
@@ -173,36 +172,25 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
                                            t == 0 && S > 0 ? out->initial_core_state.data() : nullptr, logits);
       if (t == 0 || acted < out->meta.policy_version()) out->meta.set_policy_version(acted);
     } else {
-      // Envs whose last step ended an episode (or only reset) start from a zero state.
-      for (int e = 0; e < E && S > 0; ++e) {
-        if (m.episode_start[e]) std::fill_n(&m.state[size_t(e) * S], S, 0.f);
-      }
+      ResetStartingStates(m.state.data(), S, m.episode_start.data(), E);
       if (t == 0) std::copy(m.state.begin(), m.state.end(), out->initial_core_state.begin());
       m.net->Step(params.data(), out->obs_row(row), E, nullptr, m.state.data(), m.state.data(), logits, nullptr);
     }
-    if (m.action_limit > 0 && m.action_limit < A) {
-      // The task does not have these actions: probability exactly zero.
-      for (int e = 0; e < E; ++e) std::fill(logits + size_t(e) * A + m.action_limit, logits + size_t(e + 1) * A, net::kMaskedLogit);
-    }
-    infer.reset();
-    auto uniform = [&] { return std::uniform_real_distribution<double>(0, 1)(m.rng); };
-    auto normal = [&] { return std::normal_distribution<double>(0, 1)(m.rng); };
     const net::PolicyShape& pol = m.net->spec().policy;
+    MaskMissingActions(pol, logits, E, A, m.action_limit);
+    infer.reset();
     const int K = pol.action_size();
-    float a[net::kMaxActionComponents];
-    for (int e = 0; e < E; ++e) {
-      net::PolicySample(pol, logits + size_t(e) * A, uniform, normal, a);
-      const size_t at = (row + e) * K;
-      if (m.shape.box()) {
-        // The learner scores the unclipped sample; the env gets it clipped to the bounds.
-        for (int k = 0; k < K; ++k) {
-          out->box_actions[at + k] = a[k];
-          m.clipped[size_t(e) * K + k] = std::clamp(a[k], m.shape.action_low[k], m.shape.action_high[k]);
-        }
-      } else {
-        for (int k = 0; k < K; ++k) out->actions[at + k] = int32_t(a[k]);
-      }
+    ActionOut chosen;
+    if (m.shape.box()) {
+      // The learner scores the unclipped sample; the env gets it clipped to the bounds.
+      chosen.box_raw = &out->box_actions[row * K];
+      chosen.box_clipped = m.clipped.data();
+      chosen.low = m.shape.action_low.data();
+      chosen.high = m.shape.action_high.data();
+    } else {
+      chosen.actions = &out->actions[row * K];
     }
+    ChooseActions(pol, logits, E, A, /*greedy=*/false, m.rng, chosen);
     envs::VectorStep step;
     const bool adapt = !m.adapter.identity();
     step.obs = adapt ? m.task_obs.data() : out->obs_row(row + E);
@@ -229,14 +217,12 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
       m.episode_start[e] = out->terminated[i] | out->truncated[i] | uint8_t(!out->valid[i]);
       if (!out->valid[i]) continue;  // only an automatic reset
       ++valid_steps;
-      m.episode_return[e] += out->rewards[i];
-      ++m.episode_length[e];
-      if (out->terminated[i] || out->truncated[i]) {
+      double episode_return = 0;
+      int episode_length = 0;
+      if (m.books.Step(e, out->rewards[i], out->terminated[i] || out->truncated[i], &episode_return, &episode_length)) {
         auto* ep = out->meta.add_episodes();
-        ep->set_episode_return(float(m.episode_return[e]));
-        ep->set_length(m.episode_length[e]);
-        m.episode_return[e] = 0;
-        m.episode_length[e] = 0;
+        ep->set_episode_return(float(episode_return));
+        ep->set_length(episode_length);
         if (out->truncated[i] && !out->terminated[i]) m.truncated_envs.push_back(e);
       }
     }

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "actors/acting.h"
 #include "actors/env_source.h"
 #include "actors/params_client.h"
 #include "envs/vector_env.h"
@@ -20,22 +21,6 @@
 #include "wire/zmq_util.h"
 
 namespace stampede::actors {
-
-namespace {
-
-void GreedyAction(const net::PolicyShape& pol, const float* out, float* a) {
-  if (pol.kind == net::PolicyKind::kGaussian) {
-    for (int k = 0; k < pol.num_components; ++k) a[k] = out[k];  // the mean
-    return;
-  }
-  int at = 0;
-  for (int k = 0; k < pol.num_components; ++k) {
-    a[k] = float(std::max_element(out + at, out + at + pol.nvec[k]) - (out + at));
-    at += pol.nvec[k];
-  }
-}
-
-}  // namespace
 
 struct EpisodeRunner::Impl {
   int E = 1, A = 0, S = 0, K = 0, limit = 0;
@@ -81,8 +66,7 @@ bool EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, EpisodeR
   std::vector<float> logits(size_t(E) * A), state(size_t(E) * S, 0.f), actions_f(size_t(E) * K), rewards(E);
   std::vector<int32_t> actions(size_t(E) * K);
   std::vector<uint8_t> terminated(E), truncated(E), valid(E), first(E, 1);
-  std::vector<double> returns(E, 0);
-  std::vector<int> lengths(E, 0);
+  EpisodeBooks books(E);
   // Each env's share of the episodes: counting the first `episodes` to end would favour
   // short ones.
   std::vector<int> quota(E);
@@ -106,26 +90,18 @@ bool EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, EpisodeR
     }
     if (recording) opt.on_frame(ts, task_obs.data());
     m.adapter.Apply(task_obs.data(), E, obs.data());
-    m.net->Step(params, obs.data(), E, first.data(), state.data(), state.data(), logits.data(), nullptr);
-    for (int e = 0; e < E; ++e) {
-      float* row = &logits[size_t(e) * A];
-      if (pol.kind == net::PolicyKind::kCategorical && m.limit < A) std::fill(row + m.limit, row + A, net::kMaskedLogit);
-      float a[net::kMaxActionComponents];
-      if (opt.greedy) {
-        GreedyAction(pol, row, a);
-      } else {
-        auto uniform = [&] { return std::uniform_real_distribution<double>(0, 1)(rng); };
-        auto normal = [&] { return std::normal_distribution<double>(0, 1)(rng); };
-        net::PolicySample(pol, row, uniform, normal, a);
-      }
-      for (int k = 0; k < K; ++k) {
-        if (ts.box()) {
-          actions_f[size_t(e) * K + k] = std::clamp(a[k], ts.action_low[k], ts.action_high[k]);
-        } else {
-          actions[size_t(e) * K + k] = int32_t(a[k]);
-        }
-      }
+    ResetStartingStates(state.data(), S, first.data(), E);
+    m.net->Step(params, obs.data(), E, nullptr, state.data(), state.data(), logits.data(), nullptr);
+    MaskMissingActions(pol, logits.data(), E, A, m.limit);
+    ActionOut chosen;
+    if (ts.box()) {
+      chosen.box_clipped = actions_f.data();
+      chosen.low = ts.action_low.data();
+      chosen.high = ts.action_high.data();
+    } else {
+      chosen.actions = actions.data();
     }
+    ChooseActions(pol, logits.data(), E, A, opt.greedy, rng, chosen);
     envs::VectorStep step;
     step.obs = task_obs.data();
     step.rewards = rewards.data();
@@ -147,17 +123,16 @@ bool EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, EpisodeR
     for (int e = 0; e < E; ++e) {
       first[e] = terminated[e] | truncated[e] | uint8_t(!valid[e]);
       if (!valid[e]) continue;
-      returns[e] += rewards[e];
-      const bool cap = ++lengths[e] >= opt.max_steps && !(terminated[e] || truncated[e]);
-      if (terminated[e] || truncated[e] || cap) {
+      const bool cap = books.length(e) + 1 >= opt.max_steps && !(terminated[e] || truncated[e]);
+      double episode_return = 0;
+      int episode_length = 0;
+      if (books.Step(e, rewards[e], terminated[e] || truncated[e] || cap, &episode_return, &episode_length)) {
         if (quota[e] > 0) {
           --quota[e];
-          finished.push_back(returns[e]);
-          finished_lengths.push_back(lengths[e]);
+          finished.push_back(episode_return);
+          finished_lengths.push_back(episode_length);
           capped += cap;
         }
-        returns[e] = 0;
-        lengths[e] = 0;
         reset_capped = reset_capped || cap;
         if (e == 0) recording = false;  // env 0's first episode is the recording
       }
@@ -166,8 +141,7 @@ bool EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, EpisodeR
       // Envs reset only as a batch: every env starts afresh (the episodes in progress
       // elsewhere are not counted).
       m.env->Reset(opt.seed + ++resets, task_obs.data());
-      std::fill(returns.begin(), returns.end(), 0.0);
-      std::fill(lengths.begin(), lengths.end(), 0);
+      books.Clear();
       std::fill(first.begin(), first.end(), 1);
       recording = false;
     }

@@ -10,8 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "net/from_config.h"
+#include "actors/acting.h"
 #include "actors/params_client.h"
+#include "net/from_config.h"
 #include "ps/client.h"
 #include "wire/auth.h"
 #include "wire/config.h"
@@ -331,9 +332,7 @@ struct InferenceServer::Impl {
       std::memcpy(&batch_obs[size_t(row) * obs_bytes], p.parts[2].data(), p.parts[2].size());
       if (S > 0) {
         Client& c = ClientOf(p.req.sender());
-        for (int e = 0; e < k; ++e) {
-          if (p.req.episode_start()[size_t(e)] != 0) std::fill_n(&c.state[size_t(e) * S], S, 0.f);
-        }
+        ResetStartingStates(c.state.data(), S, reinterpret_cast<const uint8_t*>(p.req.episode_start().data()), k);
         std::copy_n(c.state.data(), size_t(k) * S, &batch_state[size_t(row) * S]);
       }
       row += k;

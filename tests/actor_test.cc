@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "actors/acting.h"
 #include "actors/actor.h"
 #include "envs/cartpole.h"
 #include "net/model.h"
@@ -167,4 +168,61 @@ TEST_CASE("actor: with an LSTM core, the learner's unroll from the sent initial 
   }
   CHECK(starts_inside > 0);  // episodes began inside unrolls
   CHECK(carried);            // and some unroll began mid-episode with a non-zero state
+}
+
+TEST_CASE("acting: a task's missing actions are never chosen, sampled or greedy, and greedy takes the argmax", "[actor][acting]") {
+  net::PolicyShape pol;  // categorical over 5 actions; the task has the first 3
+  pol.nvec[0] = 5;
+  const int E = 4, A = 5;
+  std::vector<float> logits(size_t(E) * A);
+  for (int e = 0; e < E; ++e) {
+    for (int a = 0; a < A; ++a) logits[size_t(e) * A + a] = a == 3 || a == 4 ? 50.f : float(a == e % 3);
+  }
+  actors::MaskMissingActions(pol, logits.data(), E, A, 3);
+  std::mt19937_64 rng(7);
+  std::vector<int32_t> actions(E);
+  actors::ActionOut out;
+  out.actions = actions.data();
+  for (int draw = 0; draw < 2000; ++draw) {
+    actors::ChooseActions(pol, logits.data(), E, A, false, rng, out);
+    for (int e = 0; e < E; ++e) REQUIRE(actions[size_t(e)] < 3);
+  }
+  actors::ChooseActions(pol, logits.data(), E, A, true, rng, out);
+  for (int e = 0; e < E; ++e) CHECK(actions[size_t(e)] == e % 3);
+  // A box: the env gets the sample clipped to its bounds, the learner the sample itself.
+  net::PolicyShape box;
+  box.kind = net::PolicyKind::kGaussian;
+  box.num_components = 1;
+  const float mean_logstd[] = {5.f, -10.f};  // mean 5, std ~0
+  const float low[] = {-1.f}, high[] = {1.f};
+  float raw = 0, clipped = 0;
+  actors::ActionOut bout;
+  bout.box_raw = &raw;
+  bout.box_clipped = &clipped;
+  bout.low = low;
+  bout.high = high;
+  actors::ChooseActions(box, mean_logstd, 1, 2, false, rng, bout);
+  CHECK(raw == Approx(5.f).margin(1e-3));
+  CHECK(clipped == 1.f);
+}
+
+TEST_CASE("acting: only the envs that start an episode get a zero state, and the books hand back each finished episode",
+          "[actor][acting]") {
+  std::vector<float> state = {1, 2, 3, 4, 5, 6};  // 3 envs x 2
+  const uint8_t start[] = {0, 1, 0};
+  actors::ResetStartingStates(state.data(), 2, start, 3);
+  CHECK(state == std::vector<float>{1, 2, 0, 0, 5, 6});
+  actors::EpisodeBooks books(2);
+  double ret = 0;
+  int len = 0;
+  CHECK_FALSE(books.Step(0, 1.5, false, &ret, &len));
+  CHECK_FALSE(books.Step(1, -1.0, false, &ret, &len));
+  CHECK(books.Step(0, 2.0, true, &ret, &len));
+  CHECK(ret == 3.5);
+  CHECK(len == 2);
+  CHECK(books.length(0) == 0);  // afresh
+  CHECK(books.length(1) == 1);
+  CHECK(books.Step(1, 0.5, true, &ret, &len));
+  CHECK(ret == -0.5);
+  CHECK(len == 2);
 }
