@@ -25,9 +25,8 @@ bool FindResumePoint(const config::Config& cfg, ResumePoint* point, std::vector<
     std::string bytes;
     for (const auto& p : found.manifest.parts) {
       ps::ShardPart part;
-      std::string part_error;
-      if (p.file == ps::ShardPartName(0) && ps::ReadPart(found.dir, p, &bytes, &part_error) &&
-          ps::ParseShardPart(bytes, found.dir + "/" + p.file, &part, &part_error)) {
+      if (p.file == ps::ShardPartName(0) && ps::ReadPart(found.dir, p, &bytes).ok() &&
+          ps::ParseShardPart(bytes, found.dir + "/" + p.file, &part).ok()) {
         for (int64_t f : part.learner_frames) point->env_frames += f;
       }
     }

@@ -211,7 +211,10 @@ bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
     m.parts.push_back({name, int64_t(text.size()), wire::Fnv1a64(text.data(), text.size())});
   }
   ckpt_sequence = 0;
-  if (!ps::WriteManifest(ckpt_dir, m, error)) return false;
+  if (const base::Status written = ps::WriteManifest(ckpt_dir, m); !written.ok()) {
+    *error = written.message();
+    return false;
+  }
   ps::PruneCheckpoints(cfg.run_dir() + "/checkpoints", cfg.learner().checkpoints_kept());
   base::MutexLock lock(mu);
   checkpoint_error.clear();  // the newest checkpoint is complete (failures stay counted)

@@ -76,17 +76,17 @@ std::vector<std::pair<int64_t, std::string>> Directories(const std::string& root
 }
 
 // Checks every part of `dir` against its manifest (and shard parts' contents).
-bool Verify(const std::string& dir, Manifest* m, std::string* error) {
-  if (!ReadManifest(dir, m, error)) return false;
+base::Status Verify(const std::string& dir, Manifest* m) {
+  if (base::Status read = ReadManifest(dir, m); !read.ok()) return read;
   for (const auto& part : m->parts) {
     std::string bytes;
-    if (!ReadPart(dir, part, &bytes, error)) return false;
+    if (base::Status read = ReadPart(dir, part, &bytes); !read.ok()) return read;
     if (part.file.rfind("shard-", 0) == 0) {
       ShardPart sp;
-      if (!ParseShardPart(bytes, dir + "/" + part.file, &sp, error)) return false;
+      if (base::Status parsed = ParseShardPart(bytes, dir + "/" + part.file, &sp); !parsed.ok()) return parsed;
     }
   }
-  return true;
+  return base::OkStatus();
 }
 }  // namespace
 
@@ -108,16 +108,14 @@ std::string SerializeShardPart(const ShardPart& p) {
   return out;
 }
 
-bool ParseShardPart(const std::string& bytes, const std::string& path, ShardPart* p, std::string* error) {
+base::Status ParseShardPart(const std::string& bytes, const std::string& path, ShardPart* p) {
   if (bytes.size() < sizeof kMagic + sizeof(uint64_t) || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) {
-    *error = path + ": not a PS shard checkpoint part (bad magic or too short)";
-    return false;
+    return base::InvalidArgument(path + ": not a PS shard checkpoint part (bad magic or too short)");
   }
   uint64_t stored = 0;
   std::memcpy(&stored, bytes.data() + bytes.size() - sizeof stored, sizeof stored);
   if (stored != Fnv1a64(bytes.data(), bytes.size() - sizeof stored)) {
-    *error = path + ": checksum mismatch (the file is truncated or damaged)";
-    return false;
+    return base::InvalidArgument(path + ": checksum mismatch (the file is truncated or damaged)");
   }
   const std::string body = bytes.substr(0, bytes.size() - sizeof stored);
   Reader r{body, sizeof kMagic};
@@ -132,14 +130,12 @@ bool ParseShardPart(const std::string& bytes, const std::string& path, ShardPart
   ok = ok && p->count > 0 && p->offset >= 0 && p->offset <= p->total_size - p->count && r.Floats(p->count, &p->params) &&
        r.Floats(p->count, &p->mean_square) && r.Floats(p->count, &p->momentum) && r.at == body.size();
   if (!ok) {
-    *error = path + ": malformed PS shard checkpoint part (sizes do not add up)";
-    return false;
+    return base::InvalidArgument(path + ": malformed PS shard checkpoint part (sizes do not add up)");
   }
   if (!AllFinite(p->params) || !AllFinite(p->mean_square) || !AllFinite(p->momentum)) {
-    *error = path + ": holds non-finite parameters or optimizer state (NaN or infinity)";
-    return false;
+    return base::InvalidArgument(path + ": holds non-finite parameters or optimizer state (NaN or infinity)");
   }
-  return true;
+  return base::OkStatus();
 }
 
 int64_t Manifest::env_frames() const {
@@ -156,7 +152,7 @@ std::string CheckpointDir(const std::string& root, int64_t sequence) {
 
 std::string ShardPartName(int shard) { return "shard-" + std::to_string(shard) + ".bin"; }
 
-bool WriteManifest(const std::string& dir, const Manifest& m, std::string* error) {
+base::Status WriteManifest(const std::string& dir, const Manifest& m) {
   std::ostringstream os;
   os << kManifestHead << "\n";
   os << "sequence " << m.sequence << "\n";
@@ -166,14 +162,15 @@ bool WriteManifest(const std::string& dir, const Manifest& m, std::string* error
   os << "\n";
   for (const auto& p : m.parts) os << "part " << p.file << " " << p.bytes << " " << p.checksum << "\n";
   os << "end\n";
-  return wire::WriteFileAtomically(dir + "/MANIFEST", os.str(), error);
+  std::string error;
+  if (!wire::WriteFileAtomically(dir + "/MANIFEST", os.str(), &error)) return base::Internal(error);
+  return base::OkStatus();
 }
 
-bool ReadManifest(const std::string& dir, Manifest* m, std::string* error) {
+base::Status ReadManifest(const std::string& dir, Manifest* m) {
   std::string text;
   if (!ReadFile(dir + "/MANIFEST", &text)) {
-    *error = dir + ": no MANIFEST (the checkpoint was never completed)";
-    return false;
+    return base::InvalidArgument(dir + ": no MANIFEST (the checkpoint was never completed)");
   }
   std::istringstream in(text);
   std::string line;
@@ -206,40 +203,36 @@ bool ReadManifest(const std::string& dir, Manifest* m, std::string* error) {
     }
   }
   if (!head || !ended || !seq || !version || m->parts.empty()) {
-    *error = dir + "/MANIFEST: malformed (expected the header, sequence, version, parts and \"end\")";
-    return false;
+    return base::InvalidArgument(dir + "/MANIFEST: malformed (expected the header, sequence, version, parts and \"end\")");
   }
-  return true;
+  return base::OkStatus();
 }
 
-bool ReadPart(const std::string& dir, const ManifestPart& part, std::string* bytes, std::string* error) {
+base::Status ReadPart(const std::string& dir, const ManifestPart& part, std::string* bytes) {
   const std::string path = dir + "/" + part.file;
   if (!ReadFile(path, bytes)) {
-    *error = path + ": missing (listed in the MANIFEST)";
-    return false;
+    return base::InvalidArgument(path + ": missing (listed in the MANIFEST)");
   }
   if (int64_t(bytes->size()) != part.bytes) {
-    *error = path + ": " + std::to_string(bytes->size()) + " bytes, the MANIFEST says " + std::to_string(part.bytes) +
-             " (truncated?)";
-    return false;
+    return base::InvalidArgument(path + ": " + std::to_string(bytes->size()) + " bytes, the MANIFEST says " + std::to_string(part.bytes) +
+             " (truncated?)");
   }
   if (Fnv1a64(bytes->data(), bytes->size()) != part.checksum) {
-    *error = path + ": checksum differs from the MANIFEST's (damaged)";
-    return false;
+    return base::InvalidArgument(path + ": checksum differs from the MANIFEST's (damaged)");
   }
-  return true;
+  return base::OkStatus();
 }
 
 bool FindNewestCheckpoint(const std::string& root, FoundCheckpoint* found, std::vector<std::string>* warnings) {
   for (const auto& [seq, dir] : Directories(root)) {
-    std::string error;
     Manifest m;
-    if (Verify(dir, &m, &error)) {
+    const base::Status verified = Verify(dir, &m);
+    if (verified.ok()) {
       found->dir = dir;
       found->manifest = m;
       return true;
     }
-    if (warnings) warnings->push_back("skipped checkpoint " + dir + ": " + error);
+    if (warnings) warnings->push_back("skipped checkpoint " + dir + ": " + verified.message());
   }
   return false;
 }
@@ -270,8 +263,7 @@ void PruneCheckpoints(const std::string& root, int keep) {
       continue;
     }
     Manifest m;
-    std::string error;
-    if (verified.dirs.count(dir) || Verify(dir, &m, &error)) {
+    if (verified.dirs.count(dir) || Verify(dir, &m).ok()) {
       verified.dirs.insert(dir);
       ++intact;
     }
@@ -288,8 +280,10 @@ int64_t ReadVersionMark(const std::string& path) {
   }
 }
 
-bool WriteVersionMark(const std::string& path, int64_t mark, std::string* error) {
-  return wire::WriteFileAtomically(path, std::to_string(mark) + "\n", error);
+base::Status WriteVersionMark(const std::string& path, int64_t mark) {
+  std::string error;
+  if (!wire::WriteFileAtomically(path, std::to_string(mark) + "\n", &error)) return base::Internal(error);
+  return base::OkStatus();
 }
 
 }  // namespace stampede::ps

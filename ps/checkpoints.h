@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace stampede::ps {
 
 struct ShardPart {
@@ -25,10 +27,9 @@ struct ShardPart {
 };
 
 std::string SerializeShardPart(const ShardPart& part);
-// Refuses (naming `path` and the problem) a truncated or damaged part, one with another
-// magic, and non-finite parameters or optimizer state.
-[[nodiscard]] bool ParseShardPart(const std::string& bytes, const std::string& path, ShardPart* part,
-                                  std::string* error);
+// Refuses (invalid argument, naming `path` and the problem) a truncated or damaged part,
+// one with another magic, and non-finite parameters or optimizer state.
+base::Status ParseShardPart(const std::string& bytes, const std::string& path, ShardPart* part);
 
 struct ManifestPart {
   std::string file;
@@ -46,11 +47,14 @@ struct Manifest {
 
 std::string CheckpointDir(const std::string& root, int64_t sequence);
 std::string ShardPartName(int shard);
-// Writes `dir`/MANIFEST atomically: the checkpoint is complete once this returns true.
-[[nodiscard]] bool WriteManifest(const std::string& dir, const Manifest& m, std::string* error);
-[[nodiscard]] bool ReadManifest(const std::string& dir, Manifest* m, std::string* error);
-// Reads `dir`/`part.file` and checks its size and checksum against the manifest.
-[[nodiscard]] bool ReadPart(const std::string& dir, const ManifestPart& part, std::string* bytes, std::string* error);
+// Writes `dir`/MANIFEST atomically: the checkpoint is complete once this returns ok
+// (internal: the OS error).
+base::Status WriteManifest(const std::string& dir, const Manifest& m);
+// Invalid argument, naming the directory, when the MANIFEST is missing or malformed.
+base::Status ReadManifest(const std::string& dir, Manifest* m);
+// Reads `dir`/`part.file` and checks its size and checksum against the manifest (invalid
+// argument, naming the file and the problem, when they differ).
+base::Status ReadPart(const std::string& dir, const ManifestPart& part, std::string* bytes);
 
 struct FoundCheckpoint {
   std::string dir;
@@ -70,6 +74,6 @@ void PruneCheckpoints(const std::string& root, int keep);
 // version above the mark, a shard raises the mark by a block and syncs the file, so a
 // restarted shard numbers above anything it ever served.
 int64_t ReadVersionMark(const std::string& path);
-[[nodiscard]] bool WriteVersionMark(const std::string& path, int64_t mark, std::string* error);
+base::Status WriteVersionMark(const std::string& path, int64_t mark);
 
 }  // namespace stampede::ps

@@ -63,11 +63,16 @@ base::Status RunPsRole(const config::Config& cfg, int task_index, int restarts, 
       for (const auto& p : found.manifest.parts) {
         if (p.file == ShardPartName(task_index)) listed = &p;
       }
-      if (listed == nullptr || !ReadPart(found.dir, *listed, &bytes, &error) ||
-          !ParseShardPart(bytes, found.dir + "/" + ShardPartName(task_index), part.get(), &error) ||
-          part->shard != task_index || part->num_shards != opt.num_shards) {
-        return base::InvalidArgument("checkpoint " + found.dir + " has no usable part for this shard" +
-                                     (error.empty() ? "" : ": " + error));
+      base::Status usable = listed == nullptr ? base::InvalidArgument("not listed in its MANIFEST")
+                                              : ReadPart(found.dir, *listed, &bytes);
+      if (usable.ok()) usable = ParseShardPart(bytes, found.dir + "/" + ShardPartName(task_index), part.get());
+      if (usable.ok() && (part->shard != task_index || part->num_shards != opt.num_shards)) {
+        usable = base::InvalidArgument("it is shard " + std::to_string(part->shard) + " of " +
+                                       std::to_string(part->num_shards));
+      }
+      if (!usable.ok()) {
+        return base::InvalidArgument("checkpoint " + found.dir + " has no usable part for this shard: " +
+                                     usable.message());
       }
       const int64_t mark = ReadVersionMark(opt.version_mark_path);
       std::fprintf(stderr, "ps %d: restored the parameters and optimizer state of version %lld from %s%s; serving them as version %lld\n",
@@ -106,9 +111,9 @@ base::Status RunPsRole(const config::Config& cfg, int task_index, int restarts, 
   if (!opt.version_mark_path.empty() && shard.stats().newest_version.load() >= 0) {
     // A clean stop: nothing above the newest version was served, so a resumed run can
     // number on from exactly there.
-    std::string mark_error;
-    if (!WriteVersionMark(opt.version_mark_path, shard.stats().newest_version.load(), &mark_error)) {
-      std::fprintf(stderr, "ps %d: %s\n", task_index, mark_error.c_str());
+    if (const base::Status marked = WriteVersionMark(opt.version_mark_path, shard.stats().newest_version.load());
+        !marked.ok()) {
+      std::fprintf(stderr, "ps %d: %s\n", task_index, marked.message().c_str());
     }
   }
   report("stopped");

@@ -173,11 +173,10 @@ void Shard::Publish(int64_t version, const float* values) {
   if (!opt_.version_mark_path.empty() && version >= version_mark_) {
     // Reserve a block of versions before serving any of them.
     constexpr int64_t kBlock = 1000;
-    std::string error;
-    if (WriteVersionMark(opt_.version_mark_path, version + kBlock, &error)) {
+    if (const base::Status marked = WriteVersionMark(opt_.version_mark_path, version + kBlock); marked.ok()) {
       version_mark_ = version + kBlock;
     } else {
-      std::fprintf(stderr, "ps %d: cannot write the version mark: %s\n", opt_.shard, error.c_str());
+      std::fprintf(stderr, "ps %d: cannot write the version mark: %s\n", opt_.shard, marked.message().c_str());
     }
   }
   auto snap = std::make_shared<Snapshot>();

@@ -223,8 +223,7 @@ void WriteCheckpoint(const std::string& root, int64_t seq, int64_t version) {
     REQUIRE(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes, &error));
     m.parts.push_back({ps::ShardPartName(s), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
   }
-  std::string error;
-  REQUIRE(ps::WriteManifest(dir, m, &error));
+  REQUIRE(ps::WriteManifest(dir, m).ok());
 }
 
 bool Contains(const std::vector<std::string>& lines, const std::string& what) {
@@ -238,8 +237,7 @@ bool Contains(const std::vector<std::string>& lines, const std::string& what) {
 TEST_CASE("sharded checkpoint: a part round-trips bit-exactly", "[checkpoint][ps]") {
   const ps::ShardPart p = Part(1, 1234, 0.1f);
   ps::ShardPart back;
-  std::string error;
-  REQUIRE(ps::ParseShardPart(ps::SerializeShardPart(p), "x", &back, &error));
+  REQUIRE(ps::ParseShardPart(ps::SerializeShardPart(p), "x", &back).ok());
   CHECK(back.shard == 1);
   CHECK(back.version == 1234);
   CHECK(back.offset == 4);
@@ -273,7 +271,7 @@ TEST_CASE("sharded checkpoint: without a manifest, truncated or NaN it is skippe
     std::string error;
     REQUIRE(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(0), bytes, &error));
     m.parts.push_back({ps::ShardPartName(0), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
-    REQUIRE(ps::WriteManifest(dir, m, &error));
+    REQUIRE(ps::WriteManifest(dir, m).ok());
   }
   ps::FoundCheckpoint found;
   std::vector<std::string> warnings;
@@ -286,9 +284,9 @@ TEST_CASE("sharded checkpoint: without a manifest, truncated or NaN it is skippe
   CHECK(Contains(warnings, "no MANIFEST"));
   // The part it gives back is the one written, bit for bit.
   std::string bytes, error;
-  REQUIRE(ps::ReadPart(found.dir, found.manifest.parts[1], &bytes, &error));
+  REQUIRE(ps::ReadPart(found.dir, found.manifest.parts[1], &bytes).ok());
   ps::ShardPart back;
-  REQUIRE(ps::ParseShardPart(bytes, "p", &back, &error));
+  REQUIRE(ps::ParseShardPart(bytes, "p", &back).ok());
   const ps::ShardPart want = Part(1, 200, 2.f);
   CHECK(back.params == want.params);
   CHECK(back.mean_square == want.mean_square);
@@ -302,8 +300,7 @@ TEST_CASE("sharded checkpoint: without a manifest, truncated or NaN it is skippe
 
 TEST_CASE("ps: a shard restored from a checkpoint serves above everything it served before", "[ps][checkpoint]") {
   const std::string mark = (std::filesystem::temp_directory_path() / "stampede_ps_mark").string();
-  std::string error;
-  REQUIRE(ps::WriteVersionMark(mark, 1500, &error));
+  REQUIRE(ps::WriteVersionMark(mark, 1500).ok());
   auto opt = Options(ps::UpdateMode::kSync, 0, 2);
   opt.version_mark_path = mark;
   opt.restore = std::make_shared<ps::ShardPart>(Part(0, 1234, 0.5f));
