@@ -57,6 +57,13 @@ inline Status DeviceError(std::string message) { return Status(Code::kDevice, st
 inline Status Cancelled(std::string message) { return Status(Code::kCancelled, std::move(message)); }
 inline Status Internal(std::string message) { return Status(Code::kInternal, std::move(message)); }
 
+// For a caller not yet converted, which reports through bool + std::string*: whether
+// `status` is ok, with its message in *error when it is not.
+inline bool ReportTo(const Status& status, std::string* error) {
+  if (!status.ok() && error != nullptr) *error = status.message();
+  return status.ok();
+}
+
 inline const char* CodeName(Code code) {
   switch (code) {
     case Code::kOk: return "ok";

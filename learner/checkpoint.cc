@@ -60,7 +60,7 @@ std::string LayoutText(const net::ParamLayout& layout) {
   return os.str();
 }
 
-bool SaveCheckpoint(const std::string& path, const CheckpointData& d, std::string* error) {
+base::Status SaveCheckpoint(const std::string& path, const CheckpointData& d) {
   std::string buf(kMagic, sizeof(kMagic));
   Put(&buf, kFormatVersion);
   Put(&buf, d.layout_fingerprint);
@@ -74,57 +74,52 @@ bool SaveCheckpoint(const std::string& path, const CheckpointData& d, std::strin
   PutFloats(&buf, d.rms_momentum);
   Put(&buf, CheckpointChecksum(buf.data(), buf.size()));
 
-  return wire::WriteFileAtomically(path, buf, error);
+  std::string error;
+  if (!wire::WriteFileAtomically(path, buf, &error)) return base::Internal(error);
+  return base::OkStatus();
 }
 
-bool LoadCheckpoint(const std::string& path, CheckpointData* d, std::string* error) {
+base::Status LoadCheckpoint(const std::string& path, CheckpointData* d) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    *error = path + ": cannot open checkpoint";
-    return false;
+    return base::InvalidArgument(path + ": cannot open checkpoint");
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseCheckpoint(ss.str(), path, d, error);
+  return ParseCheckpoint(ss.str(), path, d);
 }
 
-bool ParseCheckpoint(const std::string& buf, const std::string& path, CheckpointData* d, std::string* error) {
+base::Status ParseCheckpoint(const std::string& buf, const std::string& path, CheckpointData* d) {
   if (buf.size() < sizeof(kMagic) + 4 + 8 || std::memcmp(buf.data(), kMagic, sizeof(kMagic)) != 0) {
-    *error = path + ": not a Stampede checkpoint (bad magic)";
-    return false;
+    return base::InvalidArgument(path + ": not a Stampede checkpoint (bad magic)");
   }
   uint64_t stored = 0;
   std::memcpy(&stored, buf.data() + buf.size() - 8, 8);
   if (stored != CheckpointChecksum(buf.data(), buf.size() - 8)) {
-    *error = path + ": checksum mismatch (the file is truncated or corrupted)";
-    return false;
+    return base::InvalidArgument(path + ": checksum mismatch (the file is truncated or corrupted)");
   }
   Reader r{buf, sizeof(kMagic)};
   uint32_t format = 0;
   int64_t text_len = 0;
   if (!r.Get(&format) || format != kFormatVersion) {
-    *error = path + ": checkpoint format " + std::to_string(format) + ", this build reads " +
-             std::to_string(kFormatVersion);
-    return false;
+    return base::InvalidArgument(path + ": checkpoint format " + std::to_string(format) + ", this build reads " +
+             std::to_string(kFormatVersion));
   }
   if (!r.Get(&d->layout_fingerprint) || !r.Get(&d->version) || !r.Get(&d->env_frames) ||
       !r.Get(&d->learner_steps) || !r.Get(&text_len) || text_len < 0 ||
       uint64_t(text_len) > buf.size() - r.pos) {
-    *error = path + ": truncated checkpoint header";
-    return false;
+    return base::InvalidArgument(path + ": truncated checkpoint header");
   }
   d->layout_text = buf.substr(r.pos, size_t(text_len));
   r.pos += size_t(text_len);
   if (!r.GetFloats(&d->params) || !r.GetFloats(&d->rms_mean_square) ||
       !r.GetFloats(&d->rms_momentum) || r.pos + 8 != buf.size()) {
-    *error = path + ": truncated or malformed checkpoint arrays";
-    return false;
+    return base::InvalidArgument(path + ": truncated or malformed checkpoint arrays");
   }
   if (d->rms_mean_square.size() != d->params.size() || d->rms_momentum.size() != d->params.size()) {
-    *error = path + ": optimizer state size differs from the parameters";
-    return false;
+    return base::InvalidArgument(path + ": optimizer state size differs from the parameters");
   }
-  return true;
+  return base::OkStatus();
 }
 
 }  // namespace stampede::learner

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "net/layout.h"
 
 namespace stampede::learner {
@@ -24,15 +25,13 @@ struct CheckpointData {
 
 std::string LayoutText(const net::ParamLayout& layout);
 
-[[nodiscard]] bool SaveCheckpoint(const std::string& path, const CheckpointData& data,
-                                  std::string* error);
-// Refuses (with a message naming the file and the problem) a file that is not a
+// Internal (the OS error) when the file cannot be written.
+base::Status SaveCheckpoint(const std::string& path, const CheckpointData& data);
+// Refuses (invalid argument, naming the file and the problem) a file that is not a
 // checkpoint, is truncated, fails its checksum, or has another format version.
-[[nodiscard]] bool LoadCheckpoint(const std::string& path, CheckpointData* data,
-                                  std::string* error);
+base::Status LoadCheckpoint(const std::string& path, CheckpointData* data);
 // Same, from the file's bytes (`path` names it in messages).
-[[nodiscard]] bool ParseCheckpoint(const std::string& bytes, const std::string& path, CheckpointData* data,
-                                   std::string* error);
+base::Status ParseCheckpoint(const std::string& bytes, const std::string& path, CheckpointData* data);
 // The checksum that ends a checkpoint file (FNV-1a 64 over everything before it).
 uint64_t CheckpointChecksum(const char* data, size_t n);
 

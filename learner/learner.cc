@@ -107,7 +107,7 @@ bool Learner::Start(std::string* error) {
   }
   if (!m.cfg.learner().restore_from().empty() && !m.ps_mode) {
     CheckpointData d;
-    if (!LoadCheckpoint(m.cfg.learner().restore_from(), &d, error)) return false;
+    if (!base::ReportTo(LoadCheckpoint(m.cfg.learner().restore_from(), &d), error)) return false;
     if (d.layout_fingerprint != m.layout.Fingerprint() || d.params.size() != m.params.size()) {
       *error = m.cfg.learner().restore_from() + ": checkpoint is for another network:\n" +
                d.layout_text + "this config's network is:\n" + LayoutText(m.layout);
@@ -315,7 +315,7 @@ bool Learner::Impl::WriteCheckpointFile(std::string* error) {
   d.params = params;
   d.rms_mean_square = rms->mean_square();
   d.rms_momentum = rms->momentum();
-  return learner::SaveCheckpoint(checkpoint_path, d, error);
+  return base::ReportTo(learner::SaveCheckpoint(checkpoint_path, d), error);
 }
 
 bool Learner::WriteCheckpoint(std::string* error) {

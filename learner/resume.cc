@@ -34,7 +34,7 @@ bool FindResumePoint(const config::Config& cfg, ResumePoint* point, std::vector<
   }
   const std::string path = cfg.learner().restore_from().empty() ? dir + "/checkpoint.bin" : cfg.learner().restore_from();
   CheckpointData d;
-  if (!LoadCheckpoint(path, &d, error)) return false;
+  if (!base::ReportTo(LoadCheckpoint(path, &d), error)) return false;
   point->from = path;
   point->newest_dir = path;
   point->version = d.version;

@@ -7,6 +7,7 @@
 #include "learner/checkpoint.h"
 
 using namespace stampede::learner;
+namespace base = stampede::base;
 
 TEST_CASE("checkpoint: round trip and refusal of damaged files", "[checkpoint]") {
   const auto dir = std::filesystem::temp_directory_path() / "stampede_ckpt_test";
@@ -21,11 +22,10 @@ TEST_CASE("checkpoint: round trip and refusal of damaged files", "[checkpoint]")
   d.params = {1.f, -2.f, 3.5f, 0.25f};
   d.rms_mean_square = {0.1f, 0.2f, 0.3f, 0.4f};
   d.rms_momentum = {0.f, 0.f, 1.f, -1.f};
-  std::string error;
-  REQUIRE(SaveCheckpoint(path, d, &error));
+  REQUIRE(SaveCheckpoint(path, d).ok());
   CHECK_FALSE(std::filesystem::exists(path + ".tmp"));
   CheckpointData back;
-  REQUIRE(LoadCheckpoint(path, &back, &error));
+  REQUIRE(LoadCheckpoint(path, &back).ok());
   CHECK(back.version == 77);
   CHECK(back.env_frames == 123456);
   CHECK(back.params == d.params);
@@ -42,16 +42,19 @@ TEST_CASE("checkpoint: round trip and refusal of damaged files", "[checkpoint]")
   std::string damaged = bytes;
   damaged[damaged.size() / 2] ^= 0x40;
   std::ofstream(flipped, std::ios::binary) << damaged;
-  CHECK_FALSE(LoadCheckpoint(flipped, &back, &error));
-  CHECK_THAT(error, Catch::Contains(flipped) && Catch::Contains("checksum"));
+  const base::Status flipped_read = LoadCheckpoint(flipped, &back);
+  CHECK(flipped_read.code() == base::Code::kInvalidArgument);
+  CHECK_THAT(flipped_read.message(), Catch::Contains(flipped) && Catch::Contains("checksum"));
 
   const std::string cut = (dir / "cut.bin").string();
   std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 9);
-  CHECK_FALSE(LoadCheckpoint(cut, &back, &error));
-  CHECK_THAT(error, Catch::Contains(cut));
+  const base::Status cut_read = LoadCheckpoint(cut, &back);
+  CHECK_FALSE(cut_read.ok());
+  CHECK_THAT(cut_read.message(), Catch::Contains(cut));
 
   const std::string other = (dir / "other.bin").string();
   std::ofstream(other, std::ios::binary) << "not a checkpoint at all";
-  CHECK_FALSE(LoadCheckpoint(other, &back, &error));
-  CHECK_THAT(error, Catch::Contains("bad magic"));
+  const base::Status other_read = LoadCheckpoint(other, &back);
+  CHECK_FALSE(other_read.ok());
+  CHECK_THAT(other_read.message(), Catch::Contains("bad magic"));
 }

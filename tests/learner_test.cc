@@ -55,13 +55,13 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     REQUIRE(first.WriteCheckpoint(&error));
   }
   learner::CheckpointData saved;
-  REQUIRE(learner::LoadCheckpoint((dir / "checkpoint.bin").string(), &saved, &error));
+  REQUIRE(learner::LoadCheckpoint((dir / "checkpoint.bin").string(), &saved).ok());
   // Pretend it trained: version 41 and shifted parameters.
   saved.version = 41;
   saved.env_frames = 123450;
   for (auto& p : saved.params) p += 0.5f;
   const std::string edited = (dir / "edited.bin").string();
-  REQUIRE(learner::SaveCheckpoint(edited, saved, &error));
+  REQUIRE(learner::SaveCheckpoint(edited, saved).ok());
 
   SECTION("the same network resumes at the saved version and serves the saved parameters") {
     config::Config cfg = Base("", 16);
@@ -116,7 +116,7 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     learner::CheckpointData poisoned = saved;
     poisoned.params[3] = std::numeric_limits<float>::quiet_NaN();
     const std::string nan_path = (dir / "nan.bin").string();
-    REQUIRE(learner::SaveCheckpoint(nan_path, poisoned, &error));
+    REQUIRE(learner::SaveCheckpoint(nan_path, poisoned).ok());
     config::Config cfg = Base("", 16);
     cfg.mutable_learner()->set_restore_from(nan_path);
     Shards shards(ctx, &cfg);

@@ -438,7 +438,7 @@ TEST_CASE("export: the .npz holds every tensor by name, as numpy reads it", "[su
   net::InitParams(net->spec(), 9, d.params);
   d.rms_mean_square.assign(d.params.size(), 0.f);
   d.rms_momentum.assign(d.params.size(), 0.f);
-  REQUIRE(learner::SaveCheckpoint(dir + "/checkpoint.bin", d, &error));
+  REQUIRE(learner::SaveCheckpoint(dir + "/checkpoint.bin", d).ok());
   REQUIRE(tools::RunExportCommand(dir + "/checkpoint.bin", dir + "/net.npz", "") == 0);
   RequireVenvWith("numpy");
   const auto& w = net->layout().Find("torso/0/w");

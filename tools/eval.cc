@@ -41,7 +41,7 @@ bool LoadEvalConfig(const std::string& checkpoint, const std::string& given, con
 
 bool LoadParams(const std::string& checkpoint, const net::ParamLayout& layout, learner::CheckpointData* d,
                 std::string* error) {
-  if (!learner::LoadCheckpoint(checkpoint, d, error)) return false;
+  if (!base::ReportTo(learner::LoadCheckpoint(checkpoint, d), error)) return false;
   if (d->layout_fingerprint != layout.Fingerprint() || d->params.size() != size_t(layout.total_size())) {
     *error = checkpoint + ": the checkpoint is for another network:\n" + d->layout_text +
              "the config's network is:\n" + learner::LayoutText(layout);
@@ -347,7 +347,7 @@ class Zip {
 int RunExportCommand(const std::string& checkpoint, const std::string& out_path, const std::string& config_path) {
   std::string error;
   learner::CheckpointData d;
-  if (!learner::LoadCheckpoint(checkpoint, &d, &error)) {
+  if (!base::ReportTo(learner::LoadCheckpoint(checkpoint, &d), &error)) {
     std::fprintf(stderr, "stampede export: %s\n", error.c_str());
     return 2;
   }

@@ -155,12 +155,12 @@ int ForgeStatuses(Attacker& a, bool flood, int count, int flood_mb) {
 int PoisonCheckpoint(const std::string& in, const std::string& out) {
   learner::CheckpointData d;
   std::string error;
-  if (!learner::LoadCheckpoint(in, &d, &error)) {
+  if (!base::ReportTo(learner::LoadCheckpoint(in, &d), &error)) {
     std::fprintf(stderr, "forge: %s\n", error.c_str());
     return 2;
   }
   d.params[d.params.size() / 2] = std::numeric_limits<float>::quiet_NaN();
-  if (!learner::SaveCheckpoint(out, d, &error)) {
+  if (!base::ReportTo(learner::SaveCheckpoint(out, d), &error)) {
     std::fprintf(stderr, "forge: %s\n", error.c_str());
     return 2;
   }

@@ -12,10 +12,10 @@ using namespace stampede;
 namespace {
 void Parse(const std::string& bytes) {
   learner::CheckpointData d;
-  std::string error;
-  if (learner::ParseCheckpoint(bytes, "fuzz.bin", &d, &error)) {
+  const base::Status parsed = learner::ParseCheckpoint(bytes, "fuzz.bin", &d);
+  if (parsed.ok()) {
     if (d.rms_mean_square.size() != d.params.size() || d.rms_momentum.size() != d.params.size()) __builtin_trap();
-  } else if (error.empty()) {
+  } else if (parsed.message().empty()) {
     __builtin_trap();
   }
 }

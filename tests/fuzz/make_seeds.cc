@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   const fs::path ck = root / "checkpoint";
   fs::create_directories(ck);
   std::string error;
-  if (!learner::SaveCheckpoint((ck / "valid").string(), d, &error)) {
+  if (!base::ReportTo(learner::SaveCheckpoint((ck / "valid").string(), d), &error)) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
   }
