@@ -1,6 +1,6 @@
 // Private to the learner: Learner::Impl, shared by learner.cc (start, stop, status,
 // checkpoints), receive.cc (the receiver thread, admission checks, the fresh/replayed
-// batch mix) and train_loops.cc (the trainer threads of the local/relay and the
+// batch mix) and train_loops.cc (the one train loop, the updaters of the relay and the
 // sharded modes, the chief's sharded checkpoint rounds). Include nowhere else.
 #pragma once
 
@@ -18,12 +18,12 @@
 #include <thread>
 
 #include "base/mutex.h"
+#include "learner/backend.h"
 #include "learner/batch.h"
 #include "learner/checkpoint.h"
 #include "learner/loss.h"
 #include "learner/popart.h"
 #include "learner/optimizer.h"
-#include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "ps/checkpoints.h"
 #include "ps/client.h"
@@ -43,8 +43,6 @@ namespace stampede::learner {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReturnWindow = 100;  // episodes in the mean-return window
 
-// The loss's options from the learner config (both backends take these).
-LossOptions LossOptionsFrom(const config::Config& cfg);
 // The mean of a window, recomputed from the window itself (a running sum would keep the
 // rounding damage of one huge value forever); 0 for an empty one.
 double WindowMean(const std::deque<float>& window);
@@ -55,6 +53,31 @@ struct UnrollRef {
   int column = 0;
 };
 
+
+// The learner's second seam: what becomes of a step's gradient. Relay applies it here and
+// publishes the parameters; sync/async push it to the shards, which own the optimizer. A
+// new update mode is a new Updater (train_loops.cc), not a new loop.
+class Updater {
+ public:
+  virtual ~Updater() = default;
+  // Before a batch is taken, the mode's own upkeep (sync/async: the shards' newest
+  // parameters, the chief's checkpoint rounds). False: not now, look again (sync: the
+  // shards have not yet made the version this learner's last gradient helped make).
+  virtual bool Ready() = 0;
+  // How long the loop waits for a batch, and what it does when none came.
+  virtual std::chrono::milliseconds TakeWait() const = 0;
+  virtual void Idle() {}
+  // Just before the step: brings the learner's parameters to the ones the gradient is
+  // taken at; returns their version. *update_ratio: the update since the previous step,
+  // where it was applied elsewhere.
+  virtual int64_t BeforeStep(double* update_ratio) = 0;
+  // The step's finite, clipped gradient (the learner's grad; already applied where the
+  // backend fused the step): apply and publish, or push. False: stopped, end the loop.
+  virtual bool Commit(double learning_rate, const Batch& batch, const Targets<float>* targets,
+                      double* update_ratio) = 0;
+  // After the step's books: this mode's periodic checkpoint.
+  virtual void AfterStep() {}
+};
 
 struct Learner::Impl {
   Learner* self;
@@ -81,7 +104,10 @@ struct Learner::Impl {
   bool ckpt_abandoned = false;  // the last round was abandoned: start the next at once
   std::vector<float> params, grad;
   std::unique_ptr<Optimizer> rms;
-  std::unique_ptr<net::cuda::Trainer> gpu;  // learner.device "cuda:N": the step runs there
+  std::unique_ptr<Backend> backend;  // learner.device's: the CPU model or the CUDA trainer
+  // Relay on a backend that fuses the update (CUDA): the step runs there, and the
+  // backend's parameters and optimizer state are the newest (checkpoints read them back).
+  bool fused = false;
   net::ParamLayout layout;
   wire::StepShape shape;
   int frames_per_step = 1;
@@ -184,6 +210,10 @@ struct Learner::Impl {
   void AfterStep(const std::vector<UnrollRef>& items, const std::vector<Pick>& picks, const Batch& batch,
                  const Targets<float>* targets, const LossStats& st);
 
+  // The learner's counters (the updaters reach them through here).
+  std::atomic<int64_t>& version() { return self->version_; }
+  std::atomic<int64_t>& steps() { return self->steps_; }
+  int64_t frames() const { return self->frames_.load(); }
   // Sync/async: the run's frames (the others' from the PS, ours counted here).
   int64_t GlobalFrames() const { return self->frames_.load() + self->other_frames_.load(); }
   // learner.optimizer's schedule at the global frame count (one learner or several).
@@ -198,9 +228,13 @@ struct Learner::Impl {
   void StartShardedCheckpoint();
   bool PollShardedCheckpoint(std::string* error);
 
+  // The update modes (train_loops.cc).
+  class RelayUpdater;
+  class ShardedUpdater;
   void ReceiveLoop();
+  // The one train loop: batch -> backend -> updater -> publish -> checkpoint, for every
+  // update mode and backend.
   void TrainLoop();
-  void TrainLoopSharded();
   // A step whose loss or gradient was not finite.
   void CountSkippedStep();
   // A step's policy lag (against `trained_on`, the version its parameters were), loss

@@ -46,27 +46,6 @@ constexpr std::chrono::seconds kRestartProbe{3};
 // The chief waits this long for the shards' parts of the final checkpoint.
 constexpr std::chrono::seconds kFinalCheckpointWait{20};
 
-net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg) {
-  const auto& lc = cfg.learner();
-  const LossOptions lo = LossOptionsFrom(cfg);
-  net::cuda::TrainerOptions o;
-  o.unroll_length = cfg.actors().unroll_length();
-  o.batch_size = lc.batch_size();
-  o.discount = lo.discount;
-  o.clips = net::VTraceClips{lo.vtrace.clip_rho_threshold, lo.vtrace.clip_c_threshold,
-                             lo.vtrace.clip_pg_rho_threshold, lo.vtrace.lambda};
-  o.baseline_cost = lo.baseline_cost;
-  o.entropy_cost = lo.entropy_cost;
-  o.bootstrap_on_truncation = lo.bootstrap_on_truncation;
-  o.reward_clip = lo.reward_clip;
-  o.reward_scale = lo.reward_scale;
-  o.normalize_advantages = lo.normalize_advantages;
-  o.max_grad_norm = lc.max_grad_norm();
-  o.optimizer = net::OptimizerHyperFromConfig(lc.optimizer());
-  o.allow_tf32 = true;
-  return o;
-}
-
 }  // namespace
 
 
@@ -139,18 +118,10 @@ bool Learner::Start(std::string* error) {
     base::MutexLock lock(m.mu);
     m.popart_stats.assign(m.params.begin() + m.popart->stats, m.params.begin() + m.popart->stats + 2 * m.num_tasks);
   }
-  if (const std::string device = m.cfg.learner().device(); device != "cpu") {
-    const LossOptions lo = LossOptionsFrom(m.cfg);
-    if (lo.popart || !lo.action_limits.empty()) {
-      // `stampede run` refuses this before anything starts; a learner started by hand too.
-      *error = "learner.device \"" + device + "\": PopArt and per-task action masks run on the CPU learner only";
-      return false;
-    }
-    const int index = std::stoi(device.substr(5));  // "cuda:N", checked by the config
-    m.gpu = net::cuda::Trainer::Create(m.net->spec(), index, TrainerOptions(m.cfg), error);
-    if (!m.gpu) return false;
-    m.gpu->SetState(m.params, m.rms->mean_square(), m.rms->momentum());
-  }
+  m.backend = MakeBackend(m.cfg, *m.net, error);
+  if (!m.backend) return false;
+  m.fused = !m.ps_mode && m.backend->fuses_update();
+  if (m.fused) m.backend->SetState(m.params, m.rms->mean_square(), m.rms->momentum());
   m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(*m.socket, m.cfg.cluster().max_message_bytes());
   if (m.curve) {
@@ -237,14 +208,10 @@ bool Learner::Start(std::string* error) {
     // The CUDA backend reports device errors (out of memory, a failed launch) by throwing:
     // caught here, said once, and the role ends the process with its own exit code.
     try {
-      if (m.ps_mode) {
-        m.TrainLoopSharded();
-      } else {
-        m.TrainLoop();
-      }
+      m.TrainLoop();
     } catch (const std::exception& e) {
       base::MutexLock lock(m.mu);
-      m.failure = std::string(m.gpu ? "device error on the trainer thread: " : "trainer thread failed: ") + e.what();
+      m.failure = std::string(m.backend->name() != "cpu" ? "device error on the trainer thread: " : "trainer thread failed: ") + e.what();
       std::fprintf(stderr, "learner %d: %s\n", m.index, m.failure.c_str());
     }
   });
@@ -292,9 +259,9 @@ std::string Learner::failure() const {
 }
 
 bool Learner::Impl::WriteCheckpointFile(std::string* error) {
-  if (gpu) {
+  if (fused) {
     try {
-      gpu->GetState(params, rms->mean_square(), rms->momentum());
+      backend->GetState(params, rms->mean_square(), rms->momentum());
     } catch (const std::exception& e) {
       *error = "not writing " + checkpoint_path + ": the device state cannot be read back: " + e.what();
       return false;

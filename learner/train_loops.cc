@@ -11,106 +11,211 @@ constexpr std::chrono::milliseconds kFreshWait{1};
 constexpr std::chrono::milliseconds kSyncWait{5};
 }  // namespace
 
+// Relay: the step is applied here (by the host optimizer, or fused on the backend) and
+// the new version goes to the shards, which serve it to the actors.
+class Learner::Impl::RelayUpdater : public Updater {
+ public:
+  explicit RelayUpdater(Impl& m) : m_(m), last_checkpoint_(Clock::now()) {}
+  bool Ready() override { return true; }
+  std::chrono::milliseconds TakeWait() const override {
+    return std::chrono::milliseconds(unpublished_ ? 5 : 100);
+  }
+  void Idle() override {
+    if (unpublished_) unpublished_ = !m_.publisher->Put(m_.params, m_.version().load());
+  }
+  int64_t BeforeStep(double*) override { return m_.version().load(); }
+  bool Commit(double lr, const Batch& batch, const Targets<float>* targets, double* update_ratio) override {
+    if (!m_.fused) {
+      wire::TraceSpan span("apply", "learner");
+      *update_ratio = m_.rms->Step(m_.params, m_.grad, lr, m_.version().load() + 1);
+      if (m_.popart) m_.UpdatePopArt(batch, *targets);
+    }
+    const int64_t version = ++m_.version();
+    const int64_t steps = ++m_.steps();
+    if (steps % m_.cfg.learner().publish_every() == 0 || unpublished_) {
+      wire::TraceSpan span("publish", "learner");
+      unpublished_ = !m_.publisher->Put(m_.params, version);
+    }
+    return true;
+  }
+  void AfterStep() override {
+    const auto& lc = m_.cfg.learner();
+    if (m_.checkpoint_path.empty() || lc.checkpoint_interval_s() <= 0 ||
+        Clock::now() - last_checkpoint_ <= std::chrono::duration<double>(lc.checkpoint_interval_s())) {
+      return;
+    }
+    std::string error;
+    wire::TraceSpan span("checkpoint", "learner");
+    if (!m_.SaveCheckpoint(&error)) std::fprintf(stderr, "learner: checkpoint failed: %s\n", error.c_str());
+    last_checkpoint_ = Clock::now();
+  }
+
+ private:
+  Impl& m_;
+  Clock::time_point last_checkpoint_;
+  bool unpublished_ = false;  // the newest version has not reached every shard yet
+};
+
+// Sync/async: the gradient goes to the shards, which own the optimizer; the learner
+// computes on the newest parameters they hold. Sync: each gradient is computed on the
+// version this learner's previous one helped make.
+class Learner::Impl::ShardedUpdater : public Updater {
+ public:
+  explicit ShardedUpdater(Impl& m)
+      : m_(m), sync_(m.cfg.learner().update_mode() == "sync"), chief_(m.index == 0 && !m.checkpoint_path.empty()),
+        last_checkpoint_(Clock::now()) {}
+  bool Ready() override {
+    m_.PollParams();
+    if (chief_) Checkpoints();
+    if (!sync_ || pushed_.empty()) return true;
+    const auto& now_at = m_.fetcher->shard_versions();
+    bool moved = true;
+    for (size_t i = 0; i < pushed_.size(); ++i) moved = moved && now_at[i] > pushed_[i];
+    if (!moved) {
+      if (sync_wait_start_ < 0 && wire::Trace::on()) sync_wait_start_ = wire::Trace::NowUs();
+      // Wait for the shards' next version (a reply), then look again.
+      (void)m_.fetcher->WaitForReply(kSyncWait);
+      return false;
+    }
+    if (sync_wait_start_ >= 0) {
+      // The time this learner waited for the other replicas' gradients of its version.
+      wire::Trace::Complete("sync_wait", "learner", sync_wait_start_, wire::Trace::NowUs() - sync_wait_start_);
+      sync_wait_start_ = -1;
+    }
+    return true;
+  }
+  std::chrono::milliseconds TakeWait() const override { return std::chrono::milliseconds(5); }
+  int64_t BeforeStep(double* update_ratio) override {
+    m_.PollParams(true);  // the newest parameters the shards hold now
+    // The shards applied the steps: the ratio is of everything they applied (every
+    // learner's) since this learner's previous step.
+    *update_ratio = previous_.empty() ? 0.0 : UpdateToParamRatio(previous_, m_.params);
+    previous_ = m_.params;
+    return m_.version().load();
+  }
+  bool Commit(double lr, const Batch&, const Targets<float>*, double*) override {
+    pushed_ = m_.fetcher->shard_versions();
+    {
+      wire::TraceSpan span("push", "learner");
+      m_.publisher->set_env_frames(m_.frames());
+      if (!m_.publisher->PushGradient(m_.grad, pushed_, lr, &m_.stop)) return false;
+    }
+    ++m_.steps();
+    return true;
+  }
+
+ private:
+  // The chief: completes the sharded checkpoint in progress and starts the next one.
+  void Checkpoints() {
+    const auto& lc = m_.cfg.learner();
+    std::string error;
+    if (m_.PollShardedCheckpoint(&error)) last_checkpoint_ = Clock::now();
+    if (!error.empty()) {
+      std::fprintf(stderr, "learner: checkpoint failed: %s\n", error.c_str());
+      base::MutexLock lock(m_.mu);
+      m_.checkpoint_error = error;
+      ++m_.checkpoint_failures;
+    }
+    if (m_.ckpt_sequence == 0 && lc.checkpoint_interval_s() > 0 &&
+        (m_.ckpt_abandoned ||
+         Clock::now() - last_checkpoint_ > std::chrono::duration<double>(lc.checkpoint_interval_s()))) {
+      m_.StartShardedCheckpoint();
+      last_checkpoint_ = Clock::now();
+    }
+  }
+
+  Impl& m_;
+  const bool sync_, chief_;
+  Clock::time_point last_checkpoint_;
+  std::vector<int64_t> pushed_;  // each shard's version our newest gradient was computed on
+  int64_t sync_wait_start_ = -1;  // trace: when the wait for the others' gradients began
+  std::vector<float> previous_;   // the parameters this learner's previous step trained on
+};
+
 void Learner::Impl::TrainLoop() {
   const auto& lc = cfg.learner();
   const int B = lc.batch_size(), T = cfg.actors().unroll_length();
-  const LossOptions lo = LossOptionsFrom(cfg);
+  std::unique_ptr<Updater> updater;
+  if (ps_mode) {
+    updater = std::make_unique<ShardedUpdater>(*this);
+  } else {
+    updater = std::make_unique<RelayUpdater>(*this);
+  }
   Batch batch, next_batch;
-  Targets<float> targets;  // PopArt: the step's value targets
   batch.Resize(T, B, shape);
   next_batch.Resize(T, B, shape);
-  bool next_staged = false;  // CUDA: next_batch is staged on the device already
+  // The step's V-trace targets, where the backend gives them and something uses them
+  // (replay priorities, PopArt's statistics).
+  Targets<float> targets;
+  Targets<float>* const tg = backend->has_targets() && (popart || table) ? &targets : nullptr;
+  bool next_staged = false;  // next_batch is loaded already (taken while the previous step computed)
   std::vector<UnrollRef> items, trained, next_items;  // trained: the batch's unrolls (replay inserts them)
   std::vector<Pick> picks, trained_picks, next_picks;
-  auto last_checkpoint = Clock::now();
-  bool unpublished = false;  // the newest version has not reached every shard yet
-  std::vector<float> before;  // CUDA: the parameters before the step (the update ratio)
+  std::vector<float> before;  // fused: the parameters before the step (the update ratio)
+  auto assemble = [&](Batch* into, std::vector<UnrollRef>* keep, std::vector<Pick>* keep_picks,
+                      std::vector<Pick>* taken_picks) {
+    wire::TraceSpan span("assemble", "learner");
+    Assemble(items, into);
+    MarkReplayed(*taken_picks, into);
+    keep->swap(items);  // released after the step (replay keeps the fresh ones)
+    keep_picks->swap(*taken_picks);
+    items.clear();
+    backend->Load(*into);
+  };
   while (!stop.load()) {
-    if (!next_staged && !Take(B, &items, &picks, std::chrono::milliseconds(unpublished ? 5 : 100))) {
-      if (unpublished) unpublished = !publisher->Put(params, self->version_.load());
-      continue;
+    if (!updater->Ready()) continue;
+    if (next_staged) {
+      std::swap(batch, next_batch);
+      trained.swap(next_items);
+      trained_picks.swap(next_picks);
+      next_staged = false;
+    } else {
+      if (!Take(B, &items, &picks, updater->TakeWait())) {
+        updater->Idle();
+        continue;
+      }
+      assemble(&batch, &trained, &trained_picks, &picks);
     }
     const auto start = Clock::now();
+    double update_ratio = 0, norm = 0;
+    const int64_t trained_on = updater->BeforeStep(&update_ratio);
     const double lr = LearningRate();
-    LossStats st;
-    double norm = 0, update_ratio = 0;
-    if (gpu) {
-      // The batch goes up from pinned memory; only statistics and parameters come back.
-      if (next_staged) {
-        std::swap(batch, next_batch);  // staged while the previous step computed
-        trained.swap(next_items);
-        trained_picks.swap(next_picks);
+    {
+      wire::TraceSpan span(fused ? "device_step" : "gradient", "learner");
+      if (fused) {
+        before = params;
+        backend->LaunchUpdate(lr, self->version_.load() + 1);
       } else {
-        wire::TraceSpan span("assemble", "learner");
-        Assemble(items, &batch);
-        MarkReplayed(picks, &batch);
-        trained.swap(items);
-        trained_picks.swap(picks);
-        items.clear();
-        gpu->Stage(BatchViewOf(batch));
+        backend->LaunchGradient(params);
       }
-      next_staged = false;
-      wire::TraceSpan gpu_span("gpu_step", "learner");
-      gpu->Launch(lr, self->version_.load() + 1);
-      // While the device computes: if the next batch is already here, assemble and stage it.
-      if (Take(B, &items, &next_picks, std::chrono::milliseconds(0))) {
-        Assemble(items, &next_batch);
-        MarkReplayed(next_picks, &next_batch);
-        next_items.swap(items);
-        items.clear();
-        gpu->Stage(BatchViewOf(next_batch));
-        next_staged = true;
-      }
-      const net::cuda::StepStats gs = gpu->Wait();
-      before = params;
-      gpu->GetParams(params);
-      update_ratio = UpdateToParamRatio(before, params);
-      st.total = gs.total, st.pg_loss = gs.pg_loss, st.baseline_loss = gs.baseline_loss;
-      st.entropy = gs.entropy;
-      st.explained_variance = gs.explained_variance, st.approx_kl = gs.approx_kl;
-      st.rho_clip_fraction = gs.rho_clip_fraction;
-      norm = gs.grad_norm;
-    } else {
-      {
-        wire::TraceSpan span("assemble", "learner");
-        Assemble(items, &batch);
-        MarkReplayed(picks, &batch);
-        trained.swap(items);  // released after the step (replay keeps the fresh ones)
-        trained_picks.swap(picks);
-        items.clear();
-      }
-      std::fill(grad.begin(), grad.end(), 0.f);
-      st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data(), popart || table ? &targets : nullptr);
-      wire::TraceSpan span("apply", "learner");
-      norm = ClipGlobalNorm(grad, lc.max_grad_norm());
-      if (std::isfinite(st.total) && std::isfinite(norm)) {
-        update_ratio = rms->Step(params, grad, lr, self->version_.load() + 1);
-        if (popart) UpdatePopArt(batch, targets);
+    }
+    // While the device computes: if the next batch is already here, assemble and load it.
+    if (backend->overlaps() && Take(B, &items, &picks, std::chrono::milliseconds(0))) {
+      assemble(&next_batch, &next_items, &next_picks, &picks);
+      next_staged = true;
+    }
+    LossStats st;
+    {
+      wire::TraceSpan span("wait", "learner");
+      if (fused) {
+        st = backend->WaitUpdate(params, &norm);
+        update_ratio = UpdateToParamRatio(before, params);
+      } else {
+        st = backend->WaitGradient(grad, tg);
+        norm = ClipGlobalNorm(grad, lc.max_grad_norm());
       }
     }
     if (!std::isfinite(st.total) || !std::isfinite(norm)) {
-      // Never applied (the CUDA step leaves the parameters alone too).
+      // Never applied or pushed (a fused step leaves the parameters alone too).
       CountSkippedStep();
       trained.clear();
       continue;
     }
-    AfterStep(trained, trained_picks, batch, gpu ? nullptr : &targets, st);
+    AfterStep(trained, trained_picks, batch, tg, st);
     trained.clear();
-    const int64_t version = ++self->version_;
-    const int64_t steps = ++self->steps_;
-    if (steps % lc.publish_every() == 0 || unpublished) {
-      wire::TraceSpan span("publish", "learner");
-      unpublished = !publisher->Put(params, version);
-    }
-    // The step trained on the parameters of the version before it.
-    RecordStep(batch, version - 1, st, norm, update_ratio, lr, std::chrono::duration<double>(Clock::now() - start).count());
-    if (!checkpoint_path.empty() && lc.checkpoint_interval_s() > 0 &&
-        Clock::now() - last_checkpoint > std::chrono::duration<double>(lc.checkpoint_interval_s())) {
-      std::string error;
-      wire::TraceSpan span("checkpoint", "learner");
-      if (!SaveCheckpoint(&error)) std::fprintf(stderr, "learner: checkpoint failed: %s\n", error.c_str());
-      last_checkpoint = Clock::now();
-    }
+    if (!updater->Commit(lr, batch, tg, &update_ratio)) break;
+    RecordStep(batch, trained_on, st, norm, update_ratio, lr, std::chrono::duration<double>(Clock::now() - start).count());
+    updater->AfterStep();
   }
 }
 
@@ -219,91 +324,6 @@ bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
   base::MutexLock lock(mu);
   checkpoint_error.clear();  // the newest checkpoint is complete (failures stay counted)
   return true;
-}
-
-void Learner::Impl::TrainLoopSharded() {
-  const auto& lc = cfg.learner();
-  const int B = lc.batch_size(), T = cfg.actors().unroll_length();
-  const LossOptions lo = LossOptionsFrom(cfg);
-  const bool sync = lc.update_mode() == "sync";
-  const bool chief = index == 0 && !checkpoint_path.empty();
-  Batch batch;
-  batch.Resize(T, B, shape);
-  Targets<float> targets;  // replay: the step's advantages give priorities
-  std::vector<UnrollRef> items;
-  std::vector<Pick> picks;
-  std::vector<int64_t> pushed;  // each shard's version our newest gradient was computed on
-  int64_t sync_wait_start = -1;  // trace: when the wait for the others' gradients began
-  std::vector<float> previous;   // the parameters this learner's previous step trained on
-  auto last_checkpoint = Clock::now();
-  while (!stop.load()) {
-    PollParams();
-    if (chief) {
-      std::string error;
-      if (PollShardedCheckpoint(&error)) last_checkpoint = Clock::now();
-      if (!error.empty()) {
-        std::fprintf(stderr, "learner: checkpoint failed: %s\n", error.c_str());
-        base::MutexLock lock(mu);
-        checkpoint_error = error;
-        ++checkpoint_failures;
-      }
-      if (ckpt_sequence == 0 && lc.checkpoint_interval_s() > 0 &&
-          (ckpt_abandoned ||
-           Clock::now() - last_checkpoint > std::chrono::duration<double>(lc.checkpoint_interval_s()))) {
-        StartShardedCheckpoint();
-        last_checkpoint = Clock::now();
-      }
-    }
-    if (sync && !pushed.empty()) {
-      // Sync: the next gradient must be computed on the version our last one helped make.
-      const auto& now_at = fetcher->shard_versions();
-      bool moved = true;
-      for (size_t i = 0; i < pushed.size(); ++i) moved = moved && now_at[i] > pushed[i];
-      if (!moved) {
-        if (sync_wait_start < 0 && wire::Trace::on()) sync_wait_start = wire::Trace::NowUs();
-        // Wait for the shards' next version (a reply), then look again.
-        (void)fetcher->WaitForReply(kSyncWait);
-        continue;
-      }
-      if (sync_wait_start >= 0) {
-        // The time this learner waited for the other replicas' gradients of its version.
-        wire::Trace::Complete("sync_wait", "learner", sync_wait_start, wire::Trace::NowUs() - sync_wait_start);
-        sync_wait_start = -1;
-      }
-    }
-    if (!Take(B, &items, &picks, std::chrono::milliseconds(5))) continue;
-    const auto start = Clock::now();
-    PollParams(true);  // the newest parameters the shards hold now
-    // The shards applied the steps: the ratio is of everything they applied (every
-    // learner's) since this learner's previous step.
-    const double update_ratio = previous.empty() ? 0.0 : UpdateToParamRatio(previous, params);
-    previous = params;
-    const double lr = LearningRate();
-    {
-      wire::TraceSpan span("assemble", "learner");
-      Assemble(items, &batch);
-      MarkReplayed(picks, &batch);
-    }
-    std::fill(grad.begin(), grad.end(), 0.f);
-    const LossStats st = ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data(), table ? &targets : nullptr);
-    const double norm = ClipGlobalNorm(grad, lc.max_grad_norm());
-    if (!std::isfinite(st.total) || !std::isfinite(norm)) {
-      CountSkippedStep();  // never pushed
-      items.clear();
-      continue;
-    }
-    AfterStep(items, picks, batch, &targets, st);
-    items.clear();
-    pushed = fetcher->shard_versions();
-    {
-      wire::TraceSpan span("push", "learner");
-      publisher->set_env_frames(self->frames_.load());
-      if (!publisher->PushGradient(grad, pushed, lr, &stop)) break;
-    }
-    ++self->steps_;
-    RecordStep(batch, self->version_.load(), st, norm, update_ratio, lr,
-               std::chrono::duration<double>(Clock::now() - start).count());
-  }
 }
 
 void Learner::Impl::CountSkippedStep() {

@@ -69,6 +69,17 @@ TEST_CASE("config: a directory is not a config, and a million hidden layers are 
   CHECK_THAT(LoadError(path), Catch::Contains("net.hidden_sizes: 100 layers, expected at most 64"));
 }
 
+TEST_CASE("config: sync and async take the CUDA learner, not PopArt", "[config]") {
+  const std::string two = std::string(STAMPEDE_SOURCE_DIR) + "/configs/catch_2learners.textproto";
+  for (const char* mode : {"sync", "async"}) {
+    INFO(mode);
+    const std::string m = std::string("learner.update_mode=") + mode;
+    CHECK(LoadError(two, {m, "learner.device=cuda:0"}) == "(loaded)");
+    CHECK_THAT(LoadError(two, {m, "learner.popart=true"}),
+               Catch::Contains("learner.update_mode \"" + std::string(mode) + "\" runs without PopArt"));
+  }
+}
+
 TEST_CASE("config: an unknown torso or device is a located error", "[config]") {
   const auto path = WriteTemp("torso", "seed: 3\nnet {\n  torso: \"resnet50\"\n}\n");
   const std::string err = LoadError(path);

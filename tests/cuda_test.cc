@@ -1,6 +1,7 @@
 // The CUDA backend against the CPU one, for every network (each torso, the LSTM core,
 // each head): forward outputs, the loss gradient, and one full learner step (V-trace,
-// loss, global-norm clipping, RMSProp) from the same parameters and batch. Tolerances:
+// loss, global-norm clipping, RMSProp) from the same parameters and batch, and the gradient
+// alone (the sync/async learner's) at parameters the host gives. Tolerances:
 // outputs 1e-4 relative (or absolute where small), gradients 2e-3 of the gradient's
 // largest magnitude, parameter updates 2e-3 of the update's largest magnitude (strict
 // FP32 on the GPU: no TF32; the CPU sums in a different order). Where this machine has
@@ -192,6 +193,22 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     for (int64_t i = 0; i < N; ++i) c_delta[i] = c_params[i] - params[i];
     const double dmax = MaxAbs(c_delta);
     for (int64_t i = 0; i < N; ++i) CHECK(g_params[i] - params[i] == Approx(c_delta[i]).margin(2e-3 * dmax));
+
+    // The gradient alone (sync/async: the shards apply it), at parameters the host gives:
+    // the CPU's gradient there, and the optimizer state untouched.
+    std::vector<float> h_grad(N), c_grad2(N, 0.f);
+    gpu->LaunchGradient(c_params);
+    const auto hs = gpu->WaitGradient(h_grad);
+    const auto cs2 = learner::ComputeLossAndGrad(*cpu, c_params.data(), batch, lo, c_grad2.data());
+    CHECK(hs.total == Approx(cs2.total).epsilon(1e-3).margin(1e-3));
+    const double gmax2 = MaxAbs(c_grad2);
+    for (int64_t i = 0; i < N; ++i) CHECK(h_grad[i] == Approx(c_grad2[i]).margin(2e-3 * gmax2));
+    CHECK(hs.grad_norm == Approx(learner::ClipGlobalNorm(c_grad2, 0)).epsilon(1e-3));
+    std::vector<float> h_params(N), h_ms(N), h_mom(N);
+    gpu->GetState(h_params, h_ms, h_mom);
+    CHECK(h_ms == g_ms);
+    CHECK(h_mom == g_mom);
+    CHECK(h_params == c_params);
   }
 }
 

@@ -318,9 +318,11 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
                std::to_string(lc.num_learners()) + ")";
       return false;
     }
-    if (mode != "relay" && (lc.device() != "cpu" || PopArtOn(c))) {
+    if (mode != "relay" && PopArtOn(c)) {
+      // The shards apply the steps; PopArt's statistics and head rescaling are a step
+      // applied by the learner itself.
       *error = loaded.Where("learner.update_mode") + ": learner.update_mode \"" + mode +
-               "\" runs on the CPU learner without PopArt (learner.device \"cpu\", learner.popart false)";
+               "\" runs without PopArt (learner.popart false)";
       return false;
     }
     const auto& rc = lc.replay();

@@ -292,6 +292,26 @@ class CudaTrainer : public Trainer {
     return Finish();
   }
 
+  void LaunchGradient(std::span<const float> p) override {
+    Device();
+    if (p.size() != size_t(layout_.total_size())) throw std::logic_error("CUDA trainer: parameters of another size");
+    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(params_.get(), p.data(), sizeof(float) * p.size(), cudaMemcpyHostToDevice,
+                                        ctx_.stream));
+    Compute();
+    STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 4, 0, sizeof(double), ctx_.stream));
+    SquaredNorm<<<256, 256, 0, ctx_.stream>>>(grad_.get(), layout_.total_size(), stats_.get() + 4);
+    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), kStats * sizeof(double), cudaMemcpyDeviceToHost,
+                                        ctx_.stream));
+  }
+
+  StepStats WaitGradient(std::span<float> grad) override {
+    Device();
+    if (grad.size() != size_t(layout_.total_size())) throw std::logic_error("CUDA trainer: gradient of another size");
+    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(grad.data(), grad_.get(), sizeof(float) * grad.size(), cudaMemcpyDeviceToHost,
+                                        ctx_.stream));
+    return Finish();  // synchronises the stream: the copy is complete
+  }
+
   StepStats ForwardAndGradient(std::vector<float>* policy, std::vector<float>* values,
                                std::vector<float>* grad) override {
     Device();

@@ -89,6 +89,12 @@ class Trainer {
   // statistics (the only copy back).
   virtual void Launch(double learning_rate, int64_t step) = 0;
   virtual StepStats Wait() = 0;
+  // The gradient alone, for updates applied elsewhere (the PS shards): uploads
+  // `params` (synchronous), then queues the forward, V-trace, loss and backward on the
+  // latest staged batch; WaitGradient waits and copies the unclipped gradient back. The
+  // trainer's own parameters become `params`; its optimizer state is left alone.
+  virtual void LaunchGradient(std::span<const float> params) = 0;
+  virtual StepStats WaitGradient(std::span<float> grad) = 0;
   StepStats Step(double learning_rate, int64_t step) {
     Launch(learning_rate, step);
     return Wait();

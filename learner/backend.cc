@@ -1,0 +1,118 @@
+#include "learner/backend.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "net/cuda/trainer.h"
+#include "net/from_config.h"
+#include "wire/config.h"
+
+namespace stampede::learner {
+
+namespace {
+
+// The CPU model: the step runs on the calling thread, in WaitGradient.
+class CpuBackend : public Backend {
+ public:
+  CpuBackend(net::Model<float>& net, const LossOptions& lo) : net_(net), lo_(lo) {}
+  std::string name() const override { return "cpu"; }
+  void Load(const Batch& batch) override { batch_ = &batch; }
+  bool overlaps() const override { return false; }
+  void LaunchGradient(std::span<const float> params) override { params_ = params; }
+  LossStats WaitGradient(std::span<float> grad, Targets<float>* targets) override {
+    if (!batch_ || params_.empty()) throw std::logic_error("CPU backend: WaitGradient before Load and LaunchGradient");
+    std::fill(grad.begin(), grad.end(), 0.f);
+    return ComputeLossAndGrad(net_, params_.data(), *batch_, lo_, grad.data(), targets);
+  }
+  bool has_targets() const override { return true; }
+  // The host optimizer (the relay updater's) applies the CPU model's steps.
+  bool fuses_update() const override { return false; }
+  void SetState(std::span<const float>, std::span<const float>, std::span<const float>) override {}
+  void GetState(std::span<float>, std::span<float>, std::span<float>) override {}
+  void LaunchUpdate(double, int64_t) override { throw std::logic_error("CPU backend: no fused update"); }
+  LossStats WaitUpdate(std::span<float>, double*) override { throw std::logic_error("CPU backend: no fused update"); }
+
+ private:
+  net::Model<float>& net_;
+  const LossOptions lo_;
+  const Batch* batch_ = nullptr;
+  std::span<const float> params_;
+};
+
+LossStats FromDevice(const net::cuda::StepStats& gs) {
+  LossStats st;
+  st.total = gs.total, st.pg_loss = gs.pg_loss, st.baseline_loss = gs.baseline_loss;
+  st.entropy = gs.entropy;
+  st.explained_variance = gs.explained_variance, st.approx_kl = gs.approx_kl;
+  st.rho_clip_fraction = gs.rho_clip_fraction;
+  return st;
+}
+
+// The CUDA trainer: the batch goes up from pinned memory (staged while the previous step
+// computes), and only statistics and the gradient or the parameters come back.
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(std::unique_ptr<net::cuda::Trainer> t, std::string name) : t_(std::move(t)), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  void Load(const Batch& batch) override { t_->Stage(BatchViewOf(batch)); }
+  bool overlaps() const override { return true; }
+  void LaunchGradient(std::span<const float> params) override { t_->LaunchGradient(params); }
+  LossStats WaitGradient(std::span<float> grad, Targets<float>*) override { return FromDevice(t_->WaitGradient(grad)); }
+  bool has_targets() const override { return false; }
+  bool fuses_update() const override { return true; }
+  void SetState(std::span<const float> p, std::span<const float> ms, std::span<const float> mom) override {
+    t_->SetState(p, ms, mom);
+  }
+  void GetState(std::span<float> p, std::span<float> ms, std::span<float> mom) override { t_->GetState(p, ms, mom); }
+  void LaunchUpdate(double lr, int64_t step) override { t_->Launch(lr, step); }
+  LossStats WaitUpdate(std::span<float> params, double* grad_norm) override {
+    const net::cuda::StepStats gs = t_->Wait();
+    t_->GetParams(params);
+    *grad_norm = gs.grad_norm;
+    return FromDevice(gs);
+  }
+
+ private:
+  std::unique_ptr<net::cuda::Trainer> t_;
+  const std::string name_;
+};
+
+net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg, const LossOptions& lo) {
+  const auto& lc = cfg.learner();
+  net::cuda::TrainerOptions o;
+  o.unroll_length = cfg.actors().unroll_length();
+  o.batch_size = lc.batch_size();
+  o.discount = lo.discount;
+  o.clips = net::VTraceClips{lo.vtrace.clip_rho_threshold, lo.vtrace.clip_c_threshold,
+                             lo.vtrace.clip_pg_rho_threshold, lo.vtrace.lambda};
+  o.baseline_cost = lo.baseline_cost;
+  o.entropy_cost = lo.entropy_cost;
+  o.bootstrap_on_truncation = lo.bootstrap_on_truncation;
+  o.reward_clip = lo.reward_clip;
+  o.reward_scale = lo.reward_scale;
+  o.normalize_advantages = lo.normalize_advantages;
+  o.max_grad_norm = lc.max_grad_norm();
+  o.optimizer = net::OptimizerHyperFromConfig(lc.optimizer());
+  o.allow_tf32 = true;
+  return o;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeBackend(const config::Config& cfg, net::Model<float>& net, std::string* error) {
+  const LossOptions lo = LossOptionsFrom(cfg);
+  const std::string device = cfg.learner().device();
+  if (device == "cpu") return std::make_unique<CpuBackend>(net, lo);
+  if (lo.popart || !lo.action_limits.empty()) {
+    // `stampede run` refuses this before anything starts; a learner started by hand too.
+    *error = "learner.device \"" + device + "\": PopArt and per-task action masks run on the CPU learner only";
+    return nullptr;
+  }
+  const int index = std::stoi(device.substr(5));  // "cuda:N", checked by the config
+  auto t = net::cuda::Trainer::Create(net.spec(), index, TrainerOptions(cfg, lo), error);
+  if (!t) return nullptr;
+  return std::make_unique<CudaBackend>(std::move(t), device);
+}
+
+}  // namespace stampede::learner
