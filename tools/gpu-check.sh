@@ -2,7 +2,9 @@
 # The GPU check, for a machine with a CUDA device (the lent H200), in one go:
 #   1. the CPU-vs-CUDA tests (every network: forward, gradient, a full learner step),
 #   2. `stampede bench --gpu` (deep ResNet + LSTM, B=32, T=100, 84x84x4),
-#   3. the same learner step in PyTorch eager on the same GPU, and the ratio.
+#   3. the same learner step in PyTorch eager on the same GPU, and the ratio,
+#   4. Catch runs with learner.device cuda:0 in relay, sync and async mode (the one train
+#      loop's CUDA backend: fused steps in relay, gradients pushed to the shards otherwise).
 #
 # That machine has the CUDA driver, cuBLAS and cuDNN (PyTorch's wheels) but none of this
 # machine's Debian libraries, so the build travels:
@@ -80,4 +82,19 @@ b=$(echo "$theirs" | sed -n 's/^RESULT agent_steps_per_s=\([0-9.]*\).*/\1/p')
 if [[ -n "$a" && -n "$b" ]]; then
   python3 -c "print(f'== Stampede / PyTorch eager learner throughput: {float($a) / float($b):.2f}x (target >= 1.5x)')"
 fi
+
+echo "== 4. The CUDA learner in every update mode (Catch to 0.9: relay; two learners sync, async)"
+for run in "catch relay" "catch_2learners sync" "catch_2learners async"; do
+  set -- $run
+  dir=$(mktemp -d)/run
+  if "$GPU_DIR/bin/stampede" run "configs/$1.textproto" --run-dir "$dir" --set learner.device=cuda:0 \
+      --set "learner.update_mode=$2" >"$dir.out" 2>&1 &&
+      grep -q '"stop_reason": *"target return reached"' "$dir/summary.json"; then
+    echo "$1 $2: target reached"
+  else
+    echo "$1 $2: FAILED (exit or no target); last lines:"
+    tail -5 "$dir.out"
+    status=1
+  fi
+done
 exit $status
