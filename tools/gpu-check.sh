@@ -88,7 +88,7 @@ for run in "catch relay" "catch_2learners sync" "catch_2learners async"; do
   set -- $run
   dir=$(mktemp -d)/run
   if "$GPU_DIR/bin/stampede" run "configs/$1.textproto" --run-dir "$dir" --set learner.device=cuda:0 \
-      --set "learner.update_mode=$2" >"$dir.out" 2>&1 &&
+      --set "learner.update_mode=$2" --set stop.stop_at_target=true >"$dir.out" 2>&1 &&
       grep -q '"stop_reason": *"target return reached"' "$dir/summary.json"; then
     echo "$1 $2: target reached"
   else
