@@ -100,19 +100,20 @@ net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg, const LossOp
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeBackend(const config::Config& cfg, net::Model<float>& net, std::string* error) {
+base::StatusOr<std::unique_ptr<Backend>> MakeBackend(const config::Config& cfg, net::Model<float>& net) {
   const LossOptions lo = LossOptionsFrom(cfg);
   const std::string device = cfg.learner().device();
-  if (device == "cpu") return std::make_unique<CpuBackend>(net, lo);
+  if (device == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(net, lo));
   if (lo.popart || !lo.action_limits.empty()) {
     // `stampede run` refuses this before anything starts; a learner started by hand too.
-    *error = "learner.device \"" + device + "\": PopArt and per-task action masks run on the CPU learner only";
-    return nullptr;
+    return base::InvalidArgument("learner.device \"" + device +
+                                 "\": PopArt and per-task action masks run on the CPU learner only");
   }
   const int index = std::stoi(device.substr(5));  // "cuda:N", checked by the config
-  auto t = net::cuda::Trainer::Create(net.spec(), index, TrainerOptions(cfg, lo), error);
-  if (!t) return nullptr;
-  return std::make_unique<CudaBackend>(std::move(t), device);
+  std::string error;
+  auto t = net::cuda::Trainer::Create(net.spec(), index, TrainerOptions(cfg, lo), &error);
+  if (!t) return base::DeviceError(error);
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(t), device));
 }
 
 }  // namespace stampede::learner

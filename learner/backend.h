@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 
+#include "base/status.h"
 #include "learner/batch.h"
 #include "learner/loss.h"
 
@@ -55,7 +56,8 @@ class Backend {
 };
 
 // The backend learner.device names: "cpu" (the model `net`, which must outlive it) or
-// "cuda:N" (nullptr with `error` set when the build or the machine has no such device).
-std::unique_ptr<Backend> MakeBackend(const config::Config& cfg, net::Model<float>& net, std::string* error);
+// "cuda:N" (a device error when the build or the machine has no such device; invalid
+// argument for what only the CPU learner does).
+base::StatusOr<std::unique_ptr<Backend>> MakeBackend(const config::Config& cfg, net::Model<float>& net);
 
 }  // namespace stampede::learner

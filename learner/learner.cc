@@ -118,8 +118,9 @@ bool Learner::Start(std::string* error) {
     base::MutexLock lock(m.mu);
     m.popart_stats.assign(m.params.begin() + m.popart->stats, m.params.begin() + m.popart->stats + 2 * m.num_tasks);
   }
-  m.backend = MakeBackend(m.cfg, *m.net, error);
-  if (!m.backend) return false;
+  auto backend = MakeBackend(m.cfg, *m.net);
+  if (!backend.ok()) return base::ReportTo(backend.status(), error);
+  m.backend = std::move(backend).value();
   m.fused = !m.ps_mode && m.backend->fuses_update();
   if (m.fused) m.backend->SetState(m.params, m.rms->mean_square(), m.rms->momentum());
   m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::pull);

@@ -18,6 +18,37 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
   spec.obs_shape = shape.obs_shape;
   spec.uint8_obs = shape.obs_dtype == wire::DType::kUint8;
   spec.torso = cfg.net().torso();
+  for (int i = 0; i < cfg.net().layers_size(); ++i) {
+    const config::LayerConfig& lc = cfg.net().layers(i);
+    LayerSpec l;
+    switch (lc.kind_case()) {
+      case config::LayerConfig::kConv:
+        l.kind = LayerSpec::Kind::kConv;
+        l.channels = lc.conv().channels(), l.kernel = lc.conv().kernel();
+        l.stride = lc.conv().stride(), l.pad = lc.conv().padding();
+        break;
+      case config::LayerConfig::kMaxPool:
+        l.kind = LayerSpec::Kind::kMaxPool;
+        l.kernel = lc.max_pool().kernel(), l.stride = lc.max_pool().stride(), l.pad = lc.max_pool().padding();
+        break;
+      case config::LayerConfig::kResidual:
+        l.kind = LayerSpec::Kind::kResidual;
+        break;
+      case config::LayerConfig::kDense:
+        l.kind = LayerSpec::Kind::kDense;
+        l.units = lc.dense().units();
+        break;
+      case config::LayerConfig::kRelu:
+        l.kind = LayerSpec::Kind::kRelu;
+        break;
+      case config::LayerConfig::kTanh:
+        l.kind = LayerSpec::Kind::kTanh;
+        break;
+      case config::LayerConfig::KIND_NOT_SET:
+        break;  // refused by the config check
+    }
+    spec.layers.push_back(l);
+  }
   spec.hidden_sizes = HiddenSizes(cfg);
   spec.activation = cfg.net().activation() == "tanh" ? Activation::kTanh : Activation::kRelu;
   spec.fc_size = cfg.net().fc_size();

@@ -12,17 +12,9 @@
 #include <vector>
 
 #include "net/layout.h"
+#include "net/network.h"  // ImageShape, ConvShape
 
 namespace stampede::net {
-
-struct ImageShape {
-  int c = 0, h = 0, w = 0;
-  int size() const { return c * h * w; }
-};
-
-// Output side of a k x k window with stride s and padding p on each side.
-// (0 when the window does not fit).
-inline int ConvOut(int in, int k, int s, int p) { return in + 2 * p < k ? 0 : (in + 2 * p - k) / s + 1; }
 
 template <class S>
 class Layer {
@@ -66,11 +58,6 @@ std::unique_ptr<Layer<S>> MakeMaxPool(ImageShape in, int k, int stride, int pad)
 // padding 1 and in.c channels ("<name>/conv0", "<name>/conv1").
 template <class S>
 std::unique_ptr<Layer<S>> MakeResidual(ParamLayout* layout, const std::string& name, ImageShape in);
-
-// Output image of a conv or pool layer.
-inline ImageShape ConvShape(ImageShape in, int out_channels, int k, int s, int p) {
-  return ImageShape{out_channels, ConvOut(in.h, k, s, p), ConvOut(in.w, k, s, p)};
-}
 
 // An LSTM core over a time-major sequence [T1, B, in]: gates [i, f, g, o] =
 // x Wx + h Wh + b ("<name>/wx" [in, 4H], "<name>/wh" [H, 4H], "<name>/b" [4H]);

@@ -26,80 +26,45 @@ PolicyShape CategoricalPolicy(int num_actions) {
 }
 
 namespace {
-bool IsCnn(const std::string& torso) {
-  return torso == "shallow_cnn" || torso == "deep_resnet" || torso == "small_cnn";
-}
-
 ImageShape ImageOf(const std::vector<int>& shape) {
   if (shape.size() == 3) return ImageShape{shape[0], shape[1], shape[2]};
   if (shape.size() == 2) return ImageShape{1, shape[0], shape[1]};
   return ImageShape{};
 }
 
-std::string ShapeText(ImageShape s) {
-  return "[" + std::to_string(s.c) + ", " + std::to_string(s.h) + ", " + std::to_string(s.w) + "]";
-}
-
-// The torso's layers, registering their parameters; `error` set (and an empty list)
-// when the observation is too small for the torso.
+// The torso's layers, registering their parameters in list order; `error` set (and an
+// empty list) when a layer does not fit its input.
 template <class S>
-std::vector<std::unique_ptr<Layer<S>>> BuildTorso(const ModelSpec& spec, ParamLayout* layout,
+std::vector<std::unique_ptr<Layer<S>>> BuildTorso(const Torso& torso, const ModelSpec& spec, ParamLayout* layout,
                                                   std::string* error) {
+  std::vector<LayerIo> io;
+  if (!TorsoShapes(torso, spec.obs_shape, &io, error)) return {};
+  layout->set_tag(torso.tag);
   std::vector<std::unique_ptr<Layer<S>>> L;
-  if (spec.torso == "mlp") {
-    layout->set_tag(spec.activation == Activation::kTanh ? "mlp activation tanh" : "mlp activation relu");
-    int in = spec.obs_size();
-    for (size_t i = 0; i < spec.hidden_sizes.size(); ++i) {
-      const int out = spec.hidden_sizes[i];
-      L.push_back(MakeDense<S>(layout, "torso/" + std::to_string(i), in, out));
-      if (spec.activation == Activation::kRelu) {
-        L.push_back(MakeRelu<S>(out));
-      } else {
-        L.push_back(MakeTanh<S>(out));
-      }
-      in = out;
+  for (size_t i = 0; i < torso.layers.size(); ++i) {
+    const LayerSpec& l = torso.layers[i];
+    const LayerIo& x = io[i];
+    switch (l.kind) {
+      case LayerSpec::Kind::kDense:
+        L.push_back(MakeDense<S>(layout, l.name, x.in.size(), l.units));
+        break;
+      case LayerSpec::Kind::kConv:
+        L.push_back(MakeConv<S>(layout, l.name, x.in, l.channels, l.kernel, l.stride, l.pad));
+        break;
+      case LayerSpec::Kind::kMaxPool:
+        L.push_back(MakeMaxPool<S>(x.in, l.kernel, l.stride, l.pad));
+        break;
+      case LayerSpec::Kind::kResidual:
+        L.push_back(MakeResidual<S>(layout, l.name, x.in));
+        break;
+      case LayerSpec::Kind::kRelu:
+        L.push_back(MakeRelu<S>(x.in.size()));
+        break;
+      case LayerSpec::Kind::kTanh:
+        L.push_back(MakeTanh<S>(x.in.size()));
+        break;
     }
-    return L;
   }
-  ImageShape img = ImageOf(spec.obs_shape);
-  auto conv = [&](const std::string& name, int channels, int k, int s, int p) {
-    const ImageShape out = ConvShape(img, channels, k, s, p);
-    if (out.h < 1 || out.w < 1) {
-      *error = "net.torso \"" + spec.torso + "\": a " + std::to_string(k) + "x" + std::to_string(k) +
-               " window with stride " + std::to_string(s) + " does not fit the image " +
-               ShapeText(img) + " (observation shape too small for this torso)";
-      return false;
-    }
-    L.push_back(MakeConv<S>(layout, name, img, channels, k, s, p));
-    img = out;
-    return true;
-  };
-  auto relu = [&] { L.push_back(MakeRelu<S>(img.size())); };
-  bool ok = true;
-  if (spec.torso == "shallow_cnn") {
-    ok = conv("torso/conv0", 16, 8, 4, 0);
-    if (ok) relu(), ok = conv("torso/conv1", 32, 4, 2, 0);
-    if (ok) relu();
-  } else if (spec.torso == "small_cnn") {
-    ok = conv("torso/conv0", 16, 3, 1, 0);
-    if (ok) relu();
-  } else if (spec.torso == "deep_resnet") {
-    const int channels[3] = {16, 32, 32};
-    for (int i = 0; i < 3 && ok; ++i) {
-      const std::string stack = "torso/stack" + std::to_string(i);
-      ok = conv(stack + "/conv", channels[i], 3, 1, 1);
-      if (!ok) break;
-      const ImageShape pooled = ConvShape(img, img.c, 3, 2, 1);
-      L.push_back(MakeMaxPool<S>(img, 3, 2, 1));
-      img = pooled;
-      L.push_back(MakeResidual<S>(layout, stack + "/res0", img));
-      L.push_back(MakeResidual<S>(layout, stack + "/res1", img));
-    }
-    if (ok) relu();
-  }
-  if (!ok) return {};
-  L.push_back(MakeDense<S>(layout, "torso/fc", img.size(), spec.fc_size));
-  L.push_back(MakeRelu<S>(spec.fc_size));
   return L;
 }
 
@@ -109,7 +74,9 @@ class CpuModel : public Model<S> {
   explicit CpuModel(const ModelSpec& spec) : spec_(spec) {
     if (std::string e = spec.Check(); !e.empty()) throw std::invalid_argument(e);
     std::string error;
-    torso_ = BuildTorso<S>(spec_, &layout_, &error);
+    const Torso torso = TorsoOf(spec_);
+    images_ = torso.images();
+    torso_ = BuildTorso<S>(torso, spec_, &layout_, &error);
     if (!error.empty()) throw std::invalid_argument(error);
     feature_ = torso_.empty() ? spec_.obs_size() : torso_.back()->out_size();
     if (spec_.lstm_size > 0) {
@@ -200,7 +167,7 @@ class CpuModel : public Model<S> {
       const float* f = static_cast<const float*>(obs);
       for (int64_t i = 0; i < rows * D; ++i) in[i] = S(f[i]);
     }
-    if (spec_.center_frames && IsCnn(spec_.torso)) {
+    if (spec_.center_frames && images_) {
       const ImageShape img = ImageOf(spec_.obs_shape);
       const int64_t area = int64_t(img.h) * img.w;
       for (int64_t c = 0; c < rows * img.c; ++c) CenterChannel(&in[size_t(c * area)], area);
@@ -240,6 +207,7 @@ class CpuModel : public Model<S> {
   std::unique_ptr<Layer<S>> policy_, baseline_;
   int64_t log_std_ = -1;
   int feature_ = 0, head_outputs_ = 0;
+  bool images_ = false;  // the torso takes images (net.center_frames applies)
   int64_t rows_ = 0;
   std::vector<std::vector<S>> acts_;  // acts_[0]: input; acts_[i+1]: output of torso layer i
   std::vector<S> core_out_, head_tmp_, dfeat_, dtmp_;
@@ -247,10 +215,31 @@ class CpuModel : public Model<S> {
 };
 }  // namespace
 
+Torso TorsoOf(const ModelSpec& spec) {
+  if (!spec.layers.empty()) return CustomTorso(spec.layers);
+  const TorsoPreset* preset = FindTorsoPreset(spec.torso.empty() ? TorsoPresets().front().name : spec.torso);
+  if (!preset) {
+    throw std::invalid_argument("net.torso: \"" + spec.torso + "\" is not known, expected " + TorsoPresetNames() +
+                                " (or a list of your own in net.layers)");
+  }
+  PresetArgs args;
+  args.hidden_sizes = spec.hidden_sizes;
+  args.tanh = spec.activation == Activation::kTanh;
+  args.fc_size = spec.fc_size;
+  return preset->build(args);
+}
+
+std::string TorsoName(const ModelSpec& spec) {
+  if (!spec.layers.empty()) return "net.layers";
+  return spec.torso.empty() ? std::string(TorsoPresets().front().name) : spec.torso;
+}
+
 std::string ModelSpec::Check() const {
-  if (torso != "mlp" && !IsCnn(torso)) {
-    return "net.torso: \"" + torso +
-           "\" is not known, expected \"mlp\", \"shallow_cnn\", \"deep_resnet\" or \"small_cnn\"";
+  Torso torso;
+  try {
+    torso = TorsoOf(*this);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
   }
   if (init != "glorot" && init != "torch" && init != "orthogonal") {
     return "net.init: \"" + init + "\" is not known, expected \"glorot\", \"torch\" or \"orthogonal\"";
@@ -259,16 +248,8 @@ std::string ModelSpec::Check() const {
     return "net.policy_init_scale: " + std::to_string(policy_init_scale) + " is outside (0, 100]";
   }
   if (obs_shape.empty() || obs_size() <= 0) return "the observation shape is empty";
-  if (IsCnn(torso) && obs_shape.size() != 2 && obs_shape.size() != 3) {
-    return "net.torso \"" + torso + "\" takes image observations ([H, W] or [C, H, W]), but the "
-           "env's observation has rank " + std::to_string(obs_shape.size());
-  }
-  if (torso == "mlp") {
-    for (int h : hidden_sizes) {
-      if (h <= 0) return "net.hidden_sizes: " + std::to_string(h) + " is not a positive width";
-    }
-  }
-  if (IsCnn(torso) && fc_size <= 0) return "net.fc_size: must be positive";
+  std::vector<LayerIo> io;
+  if (std::string error; !TorsoShapes(torso, obs_shape, &io, &error)) return error;
   if (lstm_size < 0) return "net.lstm_size: must be 0 (no core) or positive";
   if (num_values < 1 || (!popart && num_values != 1)) return "the value head needs 1 output (one per task with PopArt)";
   if (policy.num_components < 1 || policy.num_components > kMaxActionComponents) {

@@ -3,10 +3,9 @@
 // initialisation depend only on the ModelSpec (the same on every backend, so a learner's
 // parameters load into any actor bit-for-bit).
 //
-// Torsos: "mlp" (hidden_sizes, relu or tanh), "shallow_cnn" (IMPALA: 16 8x8/4, 32 4x4/2,
-// FC fc_size), "deep_resnet" (IMPALA: stacks of 16, 32, 32 channels, each a 3x3 conv,
-// 3x3/2 max-pool and two residual blocks; FC fc_size), "small_cnn" (MinAtar: 16 3x3/1,
-// FC fc_size). uint8 observations are scaled by 1/255 inside the model.
+// The torso is a list of layer specs (net/network.h): a named preset from the registry
+// there (net.torso, with its arguments hidden_sizes, activation and fc_size) or a list of
+// the user's own (net.layers). uint8 observations are scaled by 1/255 inside the model.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +16,7 @@
 
 #include "net/distribution.h"
 #include "net/layout.h"
+#include "net/network.h"
 
 namespace stampede::net {
 
@@ -25,10 +25,13 @@ enum class Activation { kRelu, kTanh };
 struct ModelSpec {
   std::vector<int> obs_shape;  // [D], [H, W] or [C, H, W]
   bool uint8_obs = false;
-  std::string torso = "mlp";
-  std::vector<int> hidden_sizes{64, 64};  // mlp
-  Activation activation = Activation::kRelu;  // mlp
-  int fc_size = 256;                      // CNN torsos
+  // A preset's name (net/network.h's registry); empty: the registry's default. Ignored
+  // when `layers` is given.
+  std::string torso;
+  std::vector<int> hidden_sizes{64, 64};  // the presets' arguments (PresetArgs)
+  Activation activation = Activation::kRelu;
+  int fc_size = 256;
+  std::vector<LayerSpec> layers;  // a torso of the user's own (net.layers)
   int lstm_size = 0;                      // 0: no core
   PolicyShape policy;
   // Value outputs per row: 1, or one per task with PopArt (values are [n, num_values],
@@ -47,6 +50,12 @@ struct ModelSpec {
   // Empty when the spec builds a network, else what is wrong (names the field).
   std::string Check() const;
 };
+
+// The spec's torso as a layer list (the preset's, or `layers`); throws
+// std::invalid_argument for a preset name the registry lacks.
+Torso TorsoOf(const ModelSpec& spec);
+// The preset's name (the default one's for an empty net.torso), or "net.layers".
+std::string TorsoName(const ModelSpec& spec);
 
 // A categorical policy over A actions.
 PolicyShape CategoricalPolicy(int num_actions);

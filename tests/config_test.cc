@@ -45,7 +45,7 @@ TEST_CASE("config: every shipped config loads, and the Atari variants differ onl
     CHECK(ok);
     return cfg.config;
   };
-  for (const char* name : {"cartpole", "catch", "catch_pixels", "cartpole_gym", "corridor_plugin",
+  for (const char* name : {"cartpole", "catch", "catch_pixels", "catch_pixels_custom", "cartpole_gym", "corridor_plugin",
                            "atari_pong", "atari_breakout", "atari_pong_deep_lstm", "atari_breakout_deep_lstm"}) {
     load(name);
   }

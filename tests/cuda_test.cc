@@ -40,6 +40,21 @@ net::ModelSpec Spec(const std::string& torso, std::vector<int> obs, bool u8, int
   return s;
 }
 
+// net.layers: every layer kind, in an order no preset has.
+net::ModelSpec Custom() {
+  net::ModelSpec s = Spec("", {2, 9, 9}, true, 6, net::CategoricalPolicy(3));
+  using K = net::LayerSpec::Kind;
+  auto layer = [](K kind, int units, int channels, int k, int st, int p) {
+    net::LayerSpec l;
+    l.kind = kind, l.units = units, l.channels = channels, l.kernel = k, l.stride = st, l.pad = p;
+    return l;
+  };
+  s.layers = {layer(K::kConv, 0, 6, 3, 1, 1),   layer(K::kTanh, 0, 0, 0, 1, 0), layer(K::kMaxPool, 0, 0, 2, 2, 0),
+              layer(K::kResidual, 0, 0, 0, 1, 0), layer(K::kConv, 0, 4, 2, 1, 0), layer(K::kRelu, 0, 0, 0, 1, 0),
+              layer(K::kDense, 10, 0, 0, 1, 0),  layer(K::kTanh, 0, 0, 0, 1, 0)};
+  return s;
+}
+
 std::vector<Case> Cases() {
   net::PolicyShape md;
   md.kind = net::PolicyKind::kMultiDiscrete;
@@ -55,6 +70,7 @@ std::vector<Case> Cases() {
       {"shallow cnn, uint8 pixels", Spec("shallow_cnn", {2, 36, 28}, true, 0, net::CategoricalPolicy(3))},
       {"deep resnet + lstm", Spec("deep_resnet", {2, 16, 12}, true, 8, net::CategoricalPolicy(3))},
       {"small cnn", Spec("small_cnn", {3, 6, 7}, false, 0, net::CategoricalPolicy(5))},
+      {"a layer list of the user's own (conv, max-pool, residual, dense, tanh) + lstm", Custom()},
   };
 }
 

@@ -394,6 +394,18 @@ TEST_CASE("models: every torso, core and head trains the loss with the right gra
     CheckModelGradient(Spec("deep_resnet", {1, 8, 8}, 3, net::CategoricalPolicy(2)), 2, 2, 4);
   }
   SECTION("small cnn") { CheckModelGradient(Spec("small_cnn", {2, 5, 5}, 0, net::CategoricalPolicy(4)), 3, 2, 6); }
+  SECTION("a list of the user's own (net.layers): conv, tanh, max-pool, residual, dense + lstm") {
+    net::ModelSpec s = Spec("", {2, 6, 6}, 3, net::CategoricalPolicy(3));
+    auto layer = [](net::LayerSpec::Kind kind, int n, int k, int stride, int pad) {
+      net::LayerSpec l;
+      l.kind = kind, l.units = n, l.channels = n, l.kernel = k, l.stride = stride, l.pad = pad;
+      return l;
+    };
+    using K = net::LayerSpec::Kind;
+    s.layers = {layer(K::kConv, 3, 3, 1, 1), layer(K::kTanh, 0, 0, 1, 0), layer(K::kMaxPool, 0, 2, 2, 0),
+                layer(K::kResidual, 0, 0, 1, 0), layer(K::kDense, 5, 0, 1, 0), layer(K::kRelu, 0, 0, 1, 0)};
+    CheckModelGradient(s, 3, 2, 6);
+  }
 }
 
 TEST_CASE("models: multi-discrete and gaussian heads backpropagate their outputs", "[net]") {

@@ -173,7 +173,7 @@ int RunBench(const BenchOptions& opt) {
     while ((elapsed = Since(start)) < opt.seconds) core->CollectUnroll(params, 0, &batch);
     const double sps = double(core->frames() - warm) / elapsed;
     std::printf("  actor frames/s (1 core, %d envs, %s inference): %12.0f  (%.2f us/step)\n",
-                cfg.actors().envs_per_actor(), core->net_spec().torso.c_str(), sps, 1e6 / sps);
+                cfg.actors().envs_per_actor(), net::TorsoName(core->net_spec()).c_str(), sps, 1e6 / sps);
     // The last unroll as it travels (wire.stack_frames): its bytes and how its
     // observations went, checked against what the learner decodes.
     zmq::context_t ctx(1);
@@ -241,7 +241,7 @@ int RunBench(const BenchOptions& opt) {
     // Backward costs about twice the forward pass.
     const double flops = 3.0 * double((T + 1) * B) * model->ForwardFlops();
     std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.2f  (%.0f frames/s; ~%.1f GFLOP/s; a 512^3 Eigen GEMM: %.1f)\n",
-                B, T, core->net_spec().torso.c_str(), (long long)model->layout().total_size(), sps,
+                B, T, net::TorsoName(core->net_spec()).c_str(), (long long)model->layout().total_size(), sps,
                 sps * T * B * core->frames_per_step(), sps * flops / 1e9, MeasureEigenGemmGflops(0.5));
   }
 
@@ -341,13 +341,13 @@ void PrintShallowCnnLayers(double seconds, double peak) {
 
 int RunNetworkBench(const BenchOptions& opt) {
   struct Case {
-    const char* torso;
+    std::string_view torso;  // a preset of net/network.h's registry
     std::vector<int> obs;
     int lstm;
   };
-  const Case cases[] = {{"mlp", {4, 84, 84}, 0},         {"shallow_cnn", {4, 84, 84}, 0},
-                        {"deep_resnet", {4, 84, 84}, 0}, {"deep_resnet", {4, 84, 84}, 256},
-                        {"small_cnn", {4, 10, 10}, 0}};
+  const Case cases[] = {{net::kMlp, {4, 84, 84}, 0},         {net::kShallowCnn, {4, 84, 84}, 0},
+                        {net::kDeepResNet, {4, 84, 84}, 0}, {net::kDeepResNet, {4, 84, 84}, 256},
+                        {net::kSmallCnn, {4, 10, 10}, 0}};
   auto spec_of = [](const Case& c) {
     net::ModelSpec s;
     s.obs_shape = c.obs;
@@ -376,7 +376,7 @@ int RunNetworkBench(const BenchOptions& opt) {
       std::vector<float> params(model->layout().total_size());
       net::InitParams(spec, 1, params);
       const double mflop = model->ForwardFlops() / 1e6;
-      std::string name = c.torso;
+      std::string name(c.torso);
       if (c.lstm) name += " + lstm " + std::to_string(c.lstm);
       std::string obs;
       for (size_t i = 0; i < c.obs.size(); ++i) obs += (i ? "x" : "") + std::to_string(c.obs[i]);
@@ -462,7 +462,7 @@ int RunNetworkBench(const BenchOptions& opt) {
       const double gflops = sps * 3.0 * (T + 1) * B * model->ForwardFlops() / 1e9;
       std::printf("  CPU learner %-12s B=%d T=%d: %.2f steps/s = %.0f agent steps/s (%.0f Atari frames/s at 4 per step), "
                   "~%.1f GFLOP/s (%.0f%% of the GEMM peak)\n",
-                  c.torso, B, T, sps, sps * T * B, 4 * sps * T * B, gflops, 100 * gflops / peak);
+                  std::string(c.torso).c_str(), B, T, sps, sps * T * B, 4 * sps * T * B, gflops, 100 * gflops / peak);
     }
   }
   return 0;
@@ -478,7 +478,7 @@ int RunGpuBench(const BenchOptions& opt) {
   net::ModelSpec spec;
   spec.obs_shape = {4, 84, 84};
   spec.uint8_obs = true;
-  spec.torso = "deep_resnet";
+  spec.torso = net::kDeepResNet;
   spec.lstm_size = 256;
   spec.policy = net::CategoricalPolicy(6);
   const int T = 100, B = 32, A = 6;

@@ -4,7 +4,8 @@
 #   2. `stampede bench --gpu` (deep ResNet + LSTM, B=32, T=100, 84x84x4),
 #   3. the same learner step in PyTorch eager on the same GPU, and the ratio,
 #   4. Catch runs with learner.device cuda:0 in relay, sync and async mode (the one train
-#      loop's CUDA backend: fused steps in relay, gradients pushed to the shards otherwise).
+#      loop's CUDA backend: fused steps in relay, gradients pushed to the shards otherwise),
+#      and pixel Catch through a network of the config's own (net.layers).
 #
 # That machine has the CUDA driver, cuBLAS and cuDNN (PyTorch's wheels) but none of this
 # machine's Debian libraries, so the build travels:
@@ -83,8 +84,8 @@ if [[ -n "$a" && -n "$b" ]]; then
   python3 -c "print(f'== Stampede / PyTorch eager learner throughput: {float($a) / float($b):.2f}x (target >= 1.5x)')"
 fi
 
-echo "== 4. The CUDA learner in every update mode (Catch to 0.9: relay; two learners sync, async)"
-for run in "catch relay" "catch_2learners sync" "catch_2learners async"; do
+echo "== 4. The CUDA learner in every update mode (Catch to 0.9: relay; two learners sync, async; pixel Catch through net.layers)"
+for run in "catch relay" "catch_2learners sync" "catch_2learners async" "catch_pixels_custom relay"; do
   set -- $run
   dir=$(mktemp -d)/run
   if "$GPU_DIR/bin/stampede" run "configs/$1.textproto" --run-dir "$dir" --set learner.device=cuda:0 \

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "net/network.h"
 #include "wire/config_detail.h"
 
 namespace stampede {
@@ -195,10 +196,55 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
     return false;
   }
   const std::string torso = c.net().torso();
-  if (torso != "mlp" && torso != "shallow_cnn" && torso != "deep_resnet" && torso != "small_cnn") {
-    *error = loaded.Where("net.torso") + ": net.torso: \"" + torso +
-             "\" is not known, expected \"mlp\", \"shallow_cnn\", \"deep_resnet\" or \"small_cnn\"";
+  const int num_layers = c.net().layers_size();
+  if (num_layers > 0 && c.net().has_torso()) {
+    *error = loaded.Where("net.torso") + ": net.torso \"" + torso + "\" and net.layers both describe the torso; "
+             "give one (net.layers: a torso of your own)";
     return false;
+  }
+  if (num_layers == 0 && !torso.empty() && !net::FindTorsoPreset(torso)) {
+    *error = loaded.Where("net.torso") + ": net.torso: \"" + torso + "\" is not known, expected " +
+             net::TorsoPresetNames() + " (or a torso of your own in net.layers)";
+    return false;
+  }
+  if (num_layers > 64) {
+    *error = loaded.Where("net.layers") + ": net.layers: " + std::to_string(num_layers) + " layers, expected at most 64";
+    return false;
+  }
+  for (int i = 0; i < num_layers; ++i) {
+    const config::LayerConfig& l = c.net().layers(i);
+    const std::string at = "net.layers[" + std::to_string(i) + "]";
+    auto bad = [&](const std::string& what) {
+      *error = loaded.Where("net.layers") + ": " + at + ": " + what;
+      return false;
+    };
+    auto in = [](int v, int lo, int hi) { return v >= lo && v <= hi; };
+    switch (l.kind_case()) {
+      case config::LayerConfig::KIND_NOT_SET:
+        return bad("no layer kind; expected one of conv, max_pool, residual, dense, relu, tanh");
+      case config::LayerConfig::kConv:
+        if (!in(l.conv().channels(), 1, 4096)) return bad("conv.channels: " + std::to_string(l.conv().channels()) + " is out of range, expected [1, 4096]");
+        if (!in(l.conv().kernel(), 1, 64) || !in(l.conv().stride(), 1, 64) || !in(l.conv().padding(), 0, 64)) {
+          return bad("conv: kernel and stride must be in [1, 64] and padding in [0, 64]");
+        }
+        break;
+      case config::LayerConfig::kMaxPool:
+        if (!in(l.max_pool().kernel(), 1, 64) || !in(l.max_pool().stride(), 1, 64) || !in(l.max_pool().padding(), 0, 64)) {
+          return bad("max_pool: kernel and stride must be in [1, 64] and padding in [0, 64]");
+        }
+        if (l.max_pool().padding() * 2 > l.max_pool().kernel()) {
+          return bad("max_pool: padding " + std::to_string(l.max_pool().padding()) +
+                     " is more than half the kernel (windows with no input)");
+        }
+        break;
+      case config::LayerConfig::kDense:
+        if (!in(l.dense().units(), 1, 65536)) return bad("dense.units: " + std::to_string(l.dense().units()) + " is out of range, expected [1, 65536]");
+        break;
+      case config::LayerConfig::kResidual:
+      case config::LayerConfig::kRelu:
+      case config::LayerConfig::kTanh:
+        break;
+    }
   }
   const auto& oc = c.learner().optimizer();
   if (oc.kind() != "rmsprop" && oc.kind() != "rmsprop_torch" && oc.kind() != "adam") {
@@ -231,10 +277,22 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              FormatNumber(c.net().policy_init_scale()) + " is out of range, expected a number in (0, 100]";
     return false;
   }
-  if (c.net().center_frames() && torso == "mlp") {
-    *error = loaded.Where("net.center_frames") + ": net.center_frames centres image channels, but net.torso is \"mlp\" "
-             "(use a CNN torso for image observations, or leave center_frames off)";
-    return false;
+  if (c.net().center_frames()) {
+    // The first layer says whether the torso takes images.
+    bool images = false;
+    if (num_layers > 0) {
+      const auto k = c.net().layers(0).kind_case();
+      images = k == config::LayerConfig::kConv || k == config::LayerConfig::kMaxPool || k == config::LayerConfig::kResidual;
+    } else {
+      const net::TorsoPreset* p = net::FindTorsoPreset(torso.empty() ? net::TorsoPresets().front().name : torso);
+      images = p->build(net::PresetArgs{}).images();
+    }
+    if (!images) {
+      *error = loaded.Where("net.center_frames") + ": net.center_frames centres image channels, but the torso (" +
+               (num_layers > 0 ? std::string("net.layers") : "net.torso \"" + std::string(torso.empty() ? net::TorsoPresets().front().name : torso) + "\"") +
+               ") does not take images (use an image torso, or leave center_frames off)";
+      return false;
+    }
   }
   const std::string device = c.learner().device();
   if (device != "cpu" && !(device.rfind("cuda:", 0) == 0 && device.size() > 5 &&

@@ -342,49 +342,36 @@ class CudaTrainer : public Trainer {
   }
 
   void Build() {
-    const ImageShape img0 = spec_.obs_shape.size() == 3   ? ImageShape{spec_.obs_shape[0], spec_.obs_shape[1], spec_.obs_shape[2]}
-                            : spec_.obs_shape.size() == 2 ? ImageShape{1, spec_.obs_shape[0], spec_.obs_shape[1]}
-                                                          : ImageShape{};
-    ImageShape img = img0;
-    auto conv = [&](const std::string& name, int ch, int k, int s, int p) {
-      torso_.push_back(std::make_unique<GConv>(&layout_, name, img, ch, k, s, p));
-      img = ConvShape(img, ch, k, s, p);
-    };
-    auto relu = [&](int size) { torso_.push_back(std::make_unique<GActivation>(size, false)); };
-    if (spec_.torso == "mlp") {
-      layout_.set_tag(spec_.activation == Activation::kTanh ? "mlp activation tanh" : "mlp activation relu");
-      int in = spec_.obs_size();
-      for (size_t i = 0; i < spec_.hidden_sizes.size(); ++i) {
-        const int out = spec_.hidden_sizes[i];
-        torso_.push_back(std::make_unique<GDense>(&layout_, "torso/" + std::to_string(i), in, out));
-        torso_.push_back(std::make_unique<GActivation>(out, spec_.activation == Activation::kTanh));
-        in = out;
+    // The torso's layer list (net/network.h), as the CPU model builds it.
+    const Torso torso = TorsoOf(spec_);
+    images_ = torso.images();
+    std::vector<LayerIo> io;
+    std::string error;
+    if (!TorsoShapes(torso, spec_.obs_shape, &io, &error)) throw std::invalid_argument(error);
+    layout_.set_tag(torso.tag);
+    feature_ = spec_.obs_size();
+    for (size_t i = 0; i < torso.layers.size(); ++i) {
+      const LayerSpec& l = torso.layers[i];
+      const ImageShape in = io[i].in;
+      switch (l.kind) {
+        case LayerSpec::Kind::kDense:
+          torso_.push_back(std::make_unique<GDense>(&layout_, l.name, in.size(), l.units));
+          break;
+        case LayerSpec::Kind::kConv:
+          torso_.push_back(std::make_unique<GConv>(&layout_, l.name, in, l.channels, l.kernel, l.stride, l.pad));
+          break;
+        case LayerSpec::Kind::kMaxPool:
+          torso_.push_back(std::make_unique<GMaxPool>(in, l.kernel, l.stride, l.pad));
+          break;
+        case LayerSpec::Kind::kResidual:
+          torso_.push_back(std::make_unique<GResidual>(&layout_, l.name, in));
+          break;
+        case LayerSpec::Kind::kRelu:
+        case LayerSpec::Kind::kTanh:
+          torso_.push_back(std::make_unique<GActivation>(in.size(), l.kind == LayerSpec::Kind::kTanh));
+          break;
       }
-      feature_ = in;
-    } else {
-      if (spec_.torso == "shallow_cnn") {
-        conv("torso/conv0", 16, 8, 4, 0);
-        relu(img.size());
-        conv("torso/conv1", 32, 4, 2, 0);
-        relu(img.size());
-      } else if (spec_.torso == "small_cnn") {
-        conv("torso/conv0", 16, 3, 1, 0);
-        relu(img.size());
-      } else {  // deep_resnet
-        const int channels[3] = {16, 32, 32};
-        for (int i = 0; i < 3; ++i) {
-          const std::string stack = "torso/stack" + std::to_string(i);
-          conv(stack + "/conv", channels[i], 3, 1, 1);
-          torso_.push_back(std::make_unique<GMaxPool>(img, 3, 2, 1));
-          img = ConvShape(img, img.c, 3, 2, 1);
-          torso_.push_back(std::make_unique<GResidual>(&layout_, stack + "/res0", img));
-          torso_.push_back(std::make_unique<GResidual>(&layout_, stack + "/res1", img));
-        }
-        relu(img.size());
-      }
-      torso_.push_back(std::make_unique<GDense>(&layout_, "torso/fc", img.size(), spec_.fc_size));
-      relu(spec_.fc_size);
-      feature_ = spec_.fc_size;
+      feature_ = io[i].out.size();
     }
     if (spec_.lstm_size > 0) {
       core_ = std::make_unique<GLstm>(&layout_, feature_, spec_.lstm_size);
@@ -420,7 +407,7 @@ class CudaTrainer : public Trainer {
       STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(input_.get(), d + off_.obs, sizeof(float) * rows * D,
                                           cudaMemcpyDeviceToDevice, ctx_.stream));
     }
-    if (spec_.center_frames && spec_.torso != "mlp" && spec_.obs_shape.size() >= 2) {
+    if (spec_.center_frames && images_) {
       // net.center_frames, as the CPU model does it (net/model.h CenterChannel).
       const int64_t area = int64_t(spec_.obs_shape[spec_.obs_shape.size() - 2]) * spec_.obs_shape.back();
       CenterChannels<<<unsigned(rows * (D / area)), 256, 0, ctx_.stream>>>(input_.get(), area);
@@ -541,6 +528,7 @@ class CudaTrainer : public Trainer {
   std::unique_ptr<GDense> policy_head_, baseline_;
   int64_t log_std_ = -1;
   int feature_ = 0, head_outputs_ = 0;
+  bool images_ = false;  // the torso takes images (net.center_frames applies)
   int64_t rows_ = 0;
   DeviceArray<float> params_, grad_, ms_, mom_, input_, policy_, values_, dpolicy_, dvalues_;
   DeviceArray<float> log_rhos_, discounts_, rewards_, vs_, pg_adv_, core_out_, head_tmp_, dA_, dB_;

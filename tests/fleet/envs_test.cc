@@ -66,6 +66,20 @@ TEST_CASE("fleet: pixel Catch learns with an LSTM core, the small CNN and the de
   }
 }
 
+TEST_CASE("fleet: pixel Catch learns through a network described only in the config (net.layers)", "[fleet][net]") {
+  const std::string run_dir = FreshRunDir("catch_custom");
+  Proc p = Start({"run", "configs/catch_pixels_custom.textproto", "--run-dir", run_dir, "--set",
+                  "stop.stop_at_target=true"},
+                 run_dir + ".out");
+  const int code = Wait(p, std::chrono::seconds(240));
+  INFO(Slurp(p.output_path));
+  REQUIRE(code == 0);
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  CHECK(summary["frames_to_target"].get<long long>() > 0);
+  CHECK(summary["frames_to_target"].get<long long>() <= 600000);
+  CheckNoneLeft(Spawned(Metrics(run_dir)));
+}
+
 TEST_CASE("fleet: pixel Catch with an LSTM learns through central inference (CURVE on)", "[fleet][net][inference]") {
   const std::string run_dir = FreshRunDir("catch_central");
   Proc p = Start({"run", "configs/catch_pixels.textproto", "--run-dir", run_dir, "--set", "stop.stop_at_target=true",
