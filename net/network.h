@@ -54,7 +54,7 @@ struct Torso {
   // Goes into the parameter layout's fingerprint, so networks with the same tensors but
   // different parameterless layers do not load each other's checkpoints.
   std::string tag;
-  std::string where;  // `net.torso "deep_resnet"` or `net.layers`, for messages
+  std::string where;  // `net.torso "<preset>"` or `net.layers`, for messages
   // The first layer works on images: the observation must be [H, W] or [C, H, W].
   bool images() const { return !layers.empty() && TakesImage(layers.front().kind); }
 };
@@ -76,7 +76,7 @@ struct TorsoPreset {
 // (an unset net.torso with no net.layers).
 std::span<const TorsoPreset> TorsoPresets();
 const TorsoPreset* FindTorsoPreset(std::string_view name);  // null: no such preset
-// `"mlp", "shallow_cnn", ... or "small_cnn"`, for messages.
+// The presets' names, quoted, joined with commas and a final "or", for messages.
 std::string TorsoPresetNames();
 // The presets' names for code that needs one of them (benchmarks): the strings live in
 // network.cc only.
