@@ -11,6 +11,7 @@
 #include "actors/evaluate.h"
 #include "learner/checkpoint.h"
 #include "net/from_config.h"
+#include "net/onnx_export.h"
 #include "coordinator/run.h"
 #include "coordinator/spec.h"
 #include "wire/config.h"
@@ -362,6 +363,28 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   }
   if (!LoadParams(checkpoint, net->layout(), &d, &error)) {
     std::fprintf(stderr, "stampede export: %s\n", error.c_str());
+    return 2;
+  }
+  auto ends_with = [&](const std::string& ext) {
+    return out_path.size() >= ext.size() && out_path.compare(out_path.size() - ext.size(), ext.size(), ext) == 0;
+  };
+  if (ends_with(".onnx")) {
+    // The policy from the network's layer list (net/onnx_export.h).
+    auto bytes = net::ExportOnnx(net->spec(), d.params);
+    if (!bytes.ok() || !wire::WriteFileAtomically(out_path, *bytes, &error)) {
+      std::fprintf(stderr, "stampede export: %s\n", bytes.ok() ? error.c_str() : bytes.status().message().c_str());
+      return 2;
+    }
+    std::printf("stampede export: the policy (%s%s, %lld parameters, version %lld) as ONNX to %s: inputs observation%s, "
+                "outputs policy, value%s\n",
+                net::TorsoName(net->spec()).c_str(), net->spec().lstm_size ? " + LSTM" : "",
+                (long long)net->layout().total_size(), (long long)d.version, out_path.c_str(),
+                net->spec().lstm_size ? ", state" : "", net->spec().lstm_size ? ", state_out" : "");
+    return 0;
+  }
+  if (!ends_with(".npz")) {
+    std::fprintf(stderr, "stampede export: %s: the format comes from the extension, .onnx (the policy) or .npz (the tensors)\n",
+                 out_path.c_str());
     return 2;
   }
   Zip zip;

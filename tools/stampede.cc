@@ -125,9 +125,9 @@ int main(int argc, char** argv) {
       ->default_val(10000)->check(CLI::Range(1, 100000000));
 
   std::string export_ckpt, export_out, export_config;
-  auto* exporter = app.add_subcommand("export", "Write a checkpoint's tensors, named by the network's layout, as a numpy .npz");
+  auto* exporter = app.add_subcommand("export", "Write a checkpoint's policy as ONNX (OUT.onnx) or its tensors, named by the network's layout, as a numpy .npz (OUT.npz)");
   exporter->add_option("checkpoint", export_ckpt, "RUN_DIR/checkpoint.bin")->required();
-  exporter->add_option("out", export_out, "Output .npz")->required();
+  exporter->add_option("out", export_out, "Output: .onnx or .npz")->required();
   exporter->add_option("--config", export_config, "The run's config (default: config.textproto beside the checkpoint)");
 
   auto* checkpoints = app.add_subcommand(
