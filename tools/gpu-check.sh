@@ -68,14 +68,14 @@ done
 [[ $status -ne 0 ]] && exit $status
 
 echo "== 1. CPU vs CUDA tests"
-"$GPU_DIR/bin/stampede_cuda_tests" --durations yes || status=1
+timeout 300 "$GPU_DIR/bin/stampede_cuda_tests" --durations yes || status=1
 
 echo "== 2. Stampede's CUDA learner step"
-ours=$("$GPU_DIR/bin/stampede" bench --gpu --seconds "${GPU_BENCH_SECONDS:-20}") || status=1
+ours=$(timeout 120 "$GPU_DIR/bin/stampede" bench --gpu --seconds "${GPU_BENCH_SECONDS:-10}") || status=1
 echo "$ours"
 
 echo "== 3. The same step in PyTorch eager"
-theirs=$(PYTHONUNBUFFERED=1 python3 tools/torch_impala_bench.py --seconds "${GPU_BENCH_SECONDS:-20}") || status=1
+theirs=$(PYTHONUNBUFFERED=1 timeout 120 python3 tools/torch_impala_bench.py --seconds "${GPU_BENCH_SECONDS:-10}") || status=1
 echo "$theirs"
 
 a=$(echo "$ours" | sed -n 's/^RESULT agent_steps_per_s=\([0-9.]*\).*/\1/p')
@@ -88,13 +88,15 @@ echo "== 4. The CUDA learner in every update mode (Catch to 0.9: relay; two lear
 for run in "catch relay" "catch_2learners sync" "catch_2learners async" "catch_pixels_custom relay"; do
   set -- $run
   dir=$(mktemp -d)/run
-  if "$GPU_DIR/bin/stampede" run "configs/$1.textproto" --run-dir "$dir" --set learner.device=cuda:0 \
-      --set "learner.update_mode=$2" --set stop.stop_at_target=true >"$dir.out" 2>&1 &&
+  # Each run is bounded (a hang is a failure, not a stuck check).
+  if timeout "${GPU_RUN_SECONDS:-150}" "$GPU_DIR/bin/stampede" run "configs/$1.textproto" --run-dir "$dir" \
+      --set learner.device=cuda:0 --set "learner.update_mode=$2" --set stop.stop_at_target=true >"$dir.out" 2>&1 &&
       grep -q '"stop_reason": *"target return reached"' "$dir/summary.json"; then
-    echo "$1 $2: target reached"
+    echo "$1 $2: target reached; $(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"{s['frames_to_target']} frames, {s['seconds_to_target']:.1f} s to target, {s['frames_per_second']:.0f} frames/s\")" "$dir/summary.json")"
   else
     echo "$1 $2: FAILED (exit or no target); last lines:"
-    tail -5 "$dir.out"
+    tail -15 "$dir.out"
+    [[ -n "${OUT:-}" ]] && cp "$dir.out" "$OUT/$1_$2.log"
     status=1
   fi
 done

@@ -100,6 +100,35 @@ __global__ void AddColumnSums(const float* dy, int64_t rows, int cols, float* db
   for (int64_t r = 0; r < rows; ++r) s += dy[r * cols + j];
   db[j] += float(s);
 }
+// Per-channel sums of an NCHW tensor [n, C, hw], added into db[C] (a convolution's bias
+// gradient), in two passes with a fixed order, so the result is the same on every run:
+// block (c, s) sums channel c over the images s, s + slices, ...; then each channel's
+// partial sums in slice order. (cuDNN's cudnnConvolutionBackwardBias took over half of the
+// deep ResNet's learner step on an H200.)
+constexpr int kChannelSumThreads = 256;
+__global__ void ChannelPartialSums(const float* x, int n, int C, int hw, int slices, float* partial) {
+  const int c = blockIdx.x, s = blockIdx.y;
+  float acc = 0.f;
+  for (int i = s; i < n; i += slices) {
+    const float* plane = x + (int64_t(i) * C + c) * hw;
+    for (int j = threadIdx.x; j < hw; j += blockDim.x) acc += plane[j];
+  }
+  __shared__ float red[kChannelSumThreads];
+  red[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) red[threadIdx.x] += red[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[int64_t(c) * slices + s] = red[0];
+}
+__global__ void AddChannelPartials(const float* partial, int C, int slices, float* db) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double s = 0;
+  for (int k = 0; k < slices; ++k) s += partial[int64_t(c) * slices + k];
+  db[c] += float(s);
+}
 __global__ void ReluForward(const float* x, int64_t n, float* y) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = x[i] > 0.f ? x[i] : 0.f;

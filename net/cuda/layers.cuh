@@ -105,7 +105,12 @@ class GConv : public GLayer {
                 float* din, float* grad) override {
     Prepare(c, n);
     const float one = 1.f, zero = 0.f;
-    STAMPEDE_CUDNN_CHECK(cudnnConvolutionBackwardBias(c.dnn, &one, y_, dout, &one, bias_, grad + b_));
+    // The bias gradient: per-channel sums of dout (device.cuh).
+    const int slices = std::max(1, std::min(n, 2048 / out_.c));
+    partial_.Resize(size_t(out_.c) * slices);
+    ChannelPartialSums<<<dim3(out_.c, slices), kChannelSumThreads, 0, c.stream>>>(dout, n, out_.c, out_.h * out_.w,
+                                                                                 slices, partial_.get());
+    AddChannelPartials<<<Blocks(out_.c), 256, 0, c.stream>>>(partial_.get(), out_.c, slices, grad + b_);
     STAMPEDE_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c.dnn, &one, x_, in, y_, dout, conv_, bwd_filter_,
                                                         c.workspace.get(), c.workspace.size(), &one,
                                                         w_desc_, grad + w_));
@@ -132,10 +137,14 @@ class GConv : public GLayer {
     STAMPEDE_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv_, p_, p_, s_, s_, 1, 1, CUDNN_CROSS_CORRELATION,
                                                          CUDNN_DATA_FLOAT));
     STAMPEDE_CUDNN_CHECK(cudnnSetConvolutionMathType(conv_, c.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    // The algorithms are timed on this device at this shape (cudnnFind*, as PyTorch's
+    // cudnn.benchmark), fastest first; the first that succeeds within the workspace limit
+    // is kept. cuDNN's heuristics (cudnnGet*_v7) chose legacy kernels several times slower
+    // for the deep ResNet's convolutions on an H200.
     constexpr size_t kWorkspaceLimit = size_t(1) << 30;
     int found = 0;
     cudnnConvolutionFwdAlgoPerf_t fwd[8];
-    STAMPEDE_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(c.dnn, x_, w_desc_, conv_, y_, 8, &found, fwd));
+    STAMPEDE_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(c.dnn, x_, w_desc_, conv_, y_, 8, &found, fwd));
     size_t need = 0;
     for (int i = 0; i < found; ++i) {
       if (fwd[i].status == CUDNN_STATUS_SUCCESS && fwd[i].memory <= kWorkspaceLimit) {
@@ -144,7 +153,7 @@ class GConv : public GLayer {
       }
     }
     cudnnConvolutionBwdDataAlgoPerf_t bd[8];
-    STAMPEDE_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(c.dnn, w_desc_, y_, conv_, x_, 8, &found, bd));
+    STAMPEDE_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(c.dnn, w_desc_, y_, conv_, x_, 8, &found, bd));
     for (int i = 0; i < found; ++i) {
       if (bd[i].status == CUDNN_STATUS_SUCCESS && bd[i].memory <= kWorkspaceLimit) {
         bwd_data_ = bd[i].algo, need = std::max(need, bd[i].memory);
@@ -152,7 +161,7 @@ class GConv : public GLayer {
       }
     }
     cudnnConvolutionBwdFilterAlgoPerf_t bf[8];
-    STAMPEDE_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.dnn, x_, y_, conv_, w_desc_, 8, &found, bf));
+    STAMPEDE_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(c.dnn, x_, y_, conv_, w_desc_, 8, &found, bf));
     for (int i = 0; i < found; ++i) {
       if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].memory <= kWorkspaceLimit) {
         bwd_filter_ = bf[i].algo, need = std::max(need, bf[i].memory);
@@ -180,6 +189,7 @@ class GConv : public GLayer {
   cudnnConvolutionFwdAlgo_t fwd_ = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
   cudnnConvolutionBwdDataAlgo_t bwd_data_ = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_ = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  DeviceArray<float> partial_;  // the bias gradient's partial sums [C, slices]
 };
 
 class GMaxPool : public GLayer {
