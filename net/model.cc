@@ -217,7 +217,7 @@ class CpuModel : public Model<S> {
 
 Torso TorsoOf(const ModelSpec& spec) {
   if (!spec.layers.empty()) return CustomTorso(spec.layers);
-  const TorsoPreset* preset = FindTorsoPreset(spec.torso.empty() ? TorsoPresets().front().name : spec.torso);
+  const TorsoPreset* preset = FindTorsoPreset(spec.torso);
   if (!preset) {
     throw std::invalid_argument("net.torso: \"" + spec.torso + "\" is not known, expected " + TorsoPresetNames() +
                                 " (or a list of your own in net.layers)");
@@ -231,7 +231,8 @@ Torso TorsoOf(const ModelSpec& spec) {
 
 std::string TorsoName(const ModelSpec& spec) {
   if (!spec.layers.empty()) return "net.layers";
-  return spec.torso.empty() ? std::string(TorsoPresets().front().name) : spec.torso;
+  const TorsoPreset* preset = FindTorsoPreset(spec.torso);
+  return preset ? std::string(preset->name) : spec.torso;
 }
 
 std::string ModelSpec::Check() const {

@@ -121,6 +121,7 @@ std::string ShapeText(ImageShape s) {
 std::span<const TorsoPreset> TorsoPresets() { return kPresets; }
 
 const TorsoPreset* FindTorsoPreset(std::string_view name) {
+  if (name.empty()) return &kPresets.front();
   for (const auto& p : kPresets) {
     if (p.name == name) return &p;
   }

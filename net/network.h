@@ -75,7 +75,9 @@ struct TorsoPreset {
 // The registry (network.cc), in the order the docs list them; the first is the default
 // (an unset net.torso with no net.layers).
 std::span<const TorsoPreset> TorsoPresets();
-const TorsoPreset* FindTorsoPreset(std::string_view name);  // null: no such preset
+// The preset of that name; the default for an empty name (an unset net.torso); null where
+// there is no such preset.
+const TorsoPreset* FindTorsoPreset(std::string_view name);
 // The presets' names, quoted, joined with commas and a final "or", for messages.
 std::string TorsoPresetNames();
 // The presets' names for code that needs one of them (benchmarks): the strings live in
