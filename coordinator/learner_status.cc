@@ -124,7 +124,9 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
   m.set_env_frames(frames);
   m.set_start_env_frames(start);
   m.set_episodes(episodes);
-  m.set_learner_steps(sharded ? version : steps);
+  // Sync/async: the shards' version counts the steps; allreduce: every learner takes each
+  // step (the same version everywhere), so summing would count each L times.
+  m.set_learner_steps(sharded || cfg.learner().update_mode() == "allreduce" ? version : steps);
   m.set_policy_version(version);
   m.set_queue_depth(int(depth));
   m.set_dropped_trajectories(dropped);

@@ -190,6 +190,9 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
   if (cfg->actors().inference() == "central" && cl->inference_size() == 0) {
     for (int l = 0; l < cfg->learner().num_learners(); ++l) cl->add_inference(fresh());
   }
+  if (cfg->learner().update_mode() == "allreduce" && cl->allreduce_size() == 0) {
+    for (int l = 0; l < cfg->learner().num_learners(); ++l) cl->add_allreduce(fresh());
+  }
   if (cfg->run_dir().empty()) {
     char stamp[32];
     std::time_t t = std::time(nullptr);
@@ -221,6 +224,8 @@ bool PrepareResume(config::Config* cfg, std::string* from) {
   cl->clear_learners();
   cl->clear_ps();
   cl->clear_control();
+  cl->clear_inference();
+  cl->clear_allreduce();
   std::printf("stampede: resuming %s from %s: version %lld, %lld env frames\n", dir.c_str(), from->c_str(),
               (long long)version, (long long)frames);
   if (frames >= cfg->stop().total_env_frames()) {
@@ -282,6 +287,11 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     // unsupported space stops the run here.
     base::Status checked = ResolveEnvSpec(SelfExePath(), &cfg);
     if (checked.ok()) checked = CheckNetworkAndDevice(cfg);
+    if (checked.ok() && opt.resume && ShardsOwnOptimizer(cfg)) {
+      std::string said;
+      checked = ReshardForResume(cfg, &said);
+      if (checked.ok() && !said.empty()) std::printf("stampede: %s\n", said.c_str());
+    }
     if (!checked.ok()) {
       std::fprintf(stderr, "stampede: %s\n", checked.message().c_str());
       result.exit_code = 2;

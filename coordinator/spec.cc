@@ -20,6 +20,7 @@
 #include "net/from_config.h"
 #include "wire/config.h"
 #include "wire/tasks.h"
+#include "ps/checkpoints.h"
 #include "ps/placement.h"
 #include "coordinator/run.h"
 #include "wire/trajectory.h"
@@ -294,6 +295,51 @@ base::Status CheckNetworkAndDevice(const config::Config& cfg) {
              (count == 0 ? why : "this machine has " + std::to_string(count) + " CUDA devices") +
              "; use learner.device: \"cpu\"");
   }
+  return base::OkStatus();
+}
+
+base::Status ReshardForResume(const config::Config& cfg, std::string* said) {
+  said->clear();
+  const std::string root = cfg.run_dir() + "/checkpoints";
+  ps::FoundCheckpoint found;
+  std::vector<std::string> warnings;  // PrepareResume said them
+  if (!ps::FindNewestCheckpoint(root, &found, &warnings)) return base::OkStatus();
+  // The old layout of the shards: the checkpoint's own config (the chief's part).
+  const ps::ManifestPart* listed = nullptr;
+  for (const auto& p : found.manifest.parts) {
+    if (p.file == "config.textproto") listed = &p;
+  }
+  if (listed == nullptr) return base::InvalidArgument(found.dir + ": its MANIFEST lists no config.textproto");
+  std::string text, error;
+  if (base::Status st = ps::ReadPart(found.dir, *listed, &text); !st.ok()) return st;
+  config::Config old;
+  if (!ParseConfigText(text, found.dir + "/config.textproto", &old, &error)) return base::InvalidArgument(error);
+  const auto& o = old.ps();
+  const auto& n = cfg.ps();
+  if (o.num_shards() == n.num_shards() && o.placement() == n.placement() && o.partition_bytes() == n.partition_bytes()) {
+    return base::OkStatus();
+  }
+  wire::StepShape shape;
+  if (!ResolvedStepShape(cfg, &shape, &error)) return base::InvalidArgument(error);
+  auto model = net::MakeModelFromConfig(cfg, shape, &error);
+  if (!model) return base::InvalidArgument("net: " + error);
+  const ps::Placement from = ps::PlaceTensors(model->layout(), o.num_shards(), o.placement(), o.partition_bytes() / 4);
+  const ps::Placement to = ps::PlacementFromConfig(cfg, model->layout());
+  std::string written;
+  if (base::Status st = ps::ReshardCheckpoint(found, from, to, root, ConfigToText(cfg), &written); !st.ok()) return st;
+  // Every new shard numbers on from the highest version any shard served or holds.
+  int64_t mark = found.manifest.version;
+  for (int s = 0; s < std::max(o.num_shards(), n.num_shards()); ++s) {
+    mark = std::max(mark, ps::ReadVersionMark(cfg.run_dir() + "/ps-" + std::to_string(s) + ".version"));
+  }
+  for (int s = 0; s < n.num_shards(); ++s) {
+    if (base::Status st = ps::WriteVersionMark(cfg.run_dir() + "/ps-" + std::to_string(s) + ".version", mark); !st.ok()) {
+      return st;
+    }
+  }
+  *said = "resharded " + found.dir + " (" + std::to_string(o.num_shards()) + " shards, placement \"" + o.placement() +
+          "\") into " + written + " (" + std::to_string(n.num_shards()) + " shards, placement \"" + n.placement() +
+          "\"): the same parameters and optimizer state, version " + std::to_string(found.manifest.version);
   return base::OkStatus();
 }
 

@@ -31,4 +31,12 @@ base::Status ResolveEnvSpec(const std::string& self_exe, config::Config* cfg);
 // the field, otherwise.
 base::Status CheckNetworkAndDevice(const config::Config& cfg);
 
+// `stampede run --resume` of a sharded run (sync/async) whose ps.num_shards, ps.placement
+// or ps.partition_bytes differ from its newest checkpoint's: writes a new checkpoint with
+// the same parameters and optimizer state laid out for the new shards
+// (ps::ReshardCheckpoint), and raises every new shard's version mark to the highest any
+// shard had, so the run continues at the same version. *said: a line for the user, empty
+// when nothing needed doing.
+base::Status ReshardForResume(const config::Config& cfg, std::string* said);
+
 }  // namespace stampede::coordinator

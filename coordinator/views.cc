@@ -128,6 +128,13 @@ nlohmann::json LearnersJson(const std::map<int, wire::Status>& learners) {
                                 {"mean_return_100", s.mean_return_100()},
                                 {"returns_counted", s.returns_counted()},
                                 {"policy_version", s.policy_version()}};
+    if (s.allreduce_rounds() > 0) {
+      auto& one = j[std::to_string(index)];
+      one["allreduce_rounds"] = s.allreduce_rounds();
+      one["allreduce_bytes_sent"] = s.allreduce_bytes_sent();
+      one["allreduce_seconds"] = s.allreduce_seconds();
+      one["allreduce_dropped"] = s.allreduce_dropped();
+    }
   }
   return j;
 }

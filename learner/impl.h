@@ -23,6 +23,7 @@
 #include "learner/checkpoint.h"
 #include "learner/loss.h"
 #include "learner/popart.h"
+#include "learner/ring.h"
 #include "learner/optimizer.h"
 #include "net/from_config.h"
 #include "ps/checkpoints.h"
@@ -72,9 +73,14 @@ class Updater {
   // where it was applied elsewhere.
   virtual int64_t BeforeStep(double* update_ratio) = 0;
   // The step's finite, clipped gradient (the learner's grad; already applied where the
-  // backend fused the step): apply and publish, or push. False: stopped, end the loop.
-  virtual bool Commit(double learning_rate, const Batch& batch, const Targets<float>* targets,
+  // backend fused the step): apply and publish, or push. *learning_rate: the schedule's,
+  // which the updater may recompute (allreduce: from every learner's frames). False:
+  // stopped, or failed (Impl::failure says why), end the loop.
+  virtual bool Commit(double* learning_rate, const Batch& batch, const Targets<float>* targets,
                       double* update_ratio) = 0;
+  // A step whose loss or gradient was not finite, so not applied (counted). Allreduce still
+  // takes part in the reduction, with nothing to add. False: end the loop, as Commit.
+  virtual bool Skip() { return true; }
   // After the step's books: this mode's periodic checkpoint.
   virtual void AfterStep() {}
 };
@@ -92,6 +98,8 @@ struct Learner::Impl {
   int index = 0;
   bool restarted = false;
   bool ps_mode = false;  // the shards own the optimizer (sync/async)
+  bool allreduce = false;  // the learners average their gradients in a ring (learner/ring.h)
+  std::unique_ptr<Ring> ring;  // allreduce: this learner's place in it
   // Sync/async chief: the sharded checkpoint in progress (0: none).
   int64_t ckpt_sequence = 0;
   std::string ckpt_dir;
@@ -134,7 +142,7 @@ struct Learner::Impl {
 
   // The figures the receiver and trainer threads write and FillStatus reads.
   base::Mutex mu;
-  std::string failure GUARDED_BY(mu);  // why the trainer thread ended (Learner::failure)
+  base::Status failure GUARDED_BY(mu);  // why the trainer thread ended (Learner::failure)
   // Per task: its own return window, counters and lag (a suite's returns have different
   // scales, so one window over all tasks would mean nothing).
   struct TaskStats {
@@ -165,6 +173,7 @@ struct Learner::Impl {
   double train_seconds GUARDED_BY(mu) = 0;
   double receive_wait_s GUARDED_BY(mu) = 0;
   int64_t skipped_steps GUARDED_BY(mu) = 0;  // non-finite loss or gradient: not applied
+  RingStats ring_stats GUARDED_BY(mu);       // allreduce: a copy of the ring's, after each reduction
   // Replay figures: ages of sampled unrolls since the last status; cumulative counts.
   double replay_age_sum GUARDED_BY(mu) = 0;
   int64_t replay_age_count GUARDED_BY(mu) = 0;
@@ -231,6 +240,9 @@ struct Learner::Impl {
   // The update modes (train_loops.cc).
   class RelayUpdater;
   class ShardedUpdater;
+  class AllreduceUpdater;
+  // Ends the trainer thread with `status` (said once on stderr; the role exits with it).
+  void Fail(const base::Status& status);
   void ReceiveLoop();
   // The one train loop: batch -> backend -> updater -> publish -> checkpoint, for every
   // update mode and backend.

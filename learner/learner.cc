@@ -56,6 +56,7 @@ Learner::Learner(const config::Config& cfg, zmq::context_t& ctx, std::string tra
   impl_->index = index;
   impl_->restarted = restarted;
   impl_->ps_mode = ShardsOwnOptimizer(cfg);
+  impl_->allreduce = cfg.learner().update_mode() == "allreduce";
 }
 
 Learner::~Learner() { Stop(); }
@@ -78,7 +79,8 @@ bool Learner::Start(std::string* error) {
   m.params.assign(m.layout.total_size(), 0.f);
   m.grad.assign(m.layout.total_size(), 0.f);
   m.rms = std::make_unique<Optimizer>(m.layout.total_size(), net::OptimizerHyperFromConfig(m.cfg.learner().optimizer()));
-  if (!m.cfg.run_dir().empty()) m.checkpoint_path = m.cfg.run_dir() + "/checkpoint.bin";
+  // Allreduce: the chief writes the checkpoints (every learner holds the same state).
+  if (!m.cfg.run_dir().empty() && !(m.allreduce && m.index != 0)) m.checkpoint_path = m.cfg.run_dir() + "/checkpoint.bin";
   std::error_code exists_ec;
   if (m.restarted && !m.ps_mode && !m.checkpoint_path.empty() && std::filesystem::exists(m.checkpoint_path, exists_ec)) {
     // Restarted after a crash: continue from this run's newest checkpoint.
@@ -109,8 +111,11 @@ bool Learner::Start(std::string* error) {
     m.rms->momentum() = d.rms_momentum;
     version_ = d.version;
     steps_ = d.learner_steps;
-    frames_ = d.env_frames;
-    start_frames_ = d.env_frames;
+    // The checkpoint holds the run's frames; allreduce: every learner restores the chief's
+    // checkpoint, and the chief alone carries the count on (the coordinator adds the
+    // learners' counts).
+    frames_ = m.allreduce && m.index != 0 ? 0 : d.env_frames;
+    start_frames_ = frames_.load();
   } else {
     net::InitParams(m.net->spec(), m.cfg.seed(), m.params);
   }
@@ -121,7 +126,9 @@ bool Learner::Start(std::string* error) {
   auto backend = MakeBackend(m.cfg, *m.net);
   if (!backend.ok()) return base::ReportTo(backend.status(), error);
   m.backend = std::move(backend).value();
-  m.fused = !m.ps_mode && m.backend->fuses_update();
+  // Relay on a backend with a fused step runs it there; allreduce applies the averaged
+  // gradient on the host (each learner the same step).
+  m.fused = !m.ps_mode && !m.allreduce && m.backend->fuses_update();
   if (m.fused) m.backend->SetState(m.params, m.rms->mean_square(), m.rms->momentum());
   m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(*m.socket, m.cfg.cluster().max_message_bytes());
@@ -139,6 +146,20 @@ bool Learner::Start(std::string* error) {
     *error = "learner: cannot bind " + m.bind_endpoint + " (cluster.learner): " + e.what();
     return false;
   }
+  if (m.allreduce) {
+    RingOptions ro;
+    ro.endpoints.assign(m.cfg.cluster().allreduce().begin(), m.cfg.cluster().allreduce().end());
+    if (m.index < int(ro.endpoints.size())) ro.bind = BindEndpoint(m.cfg, ro.endpoints[size_t(m.index)]);
+    ro.rank = m.index;
+    ro.incarnation = m.incarnation;
+    ro.curve = m.curve;
+    ro.timeout = std::chrono::milliseconds(int64_t(m.cfg.learner().allreduce_timeout_s() * 1000));
+    ro.max_message_bytes = m.cfg.cluster().max_message_bytes();
+    ro.piece_elements = std::max<int64_t>(1024, ro.max_message_bytes / int64_t(2 * sizeof(float)));
+    ro.piece_elements = std::min<int64_t>(ro.piece_elements, int64_t(1) << 20);
+    m.ring = std::make_unique<Ring>(m.ctx, ro);
+    if (const base::Status st = m.ring->Start(); !st.ok()) return base::ReportTo(st, error);
+  }
   ps::ClientOptions co;
   co.endpoints.assign(m.cfg.cluster().ps().begin(), m.cfg.cluster().ps().end());
   co.total_size = m.layout.total_size();
@@ -152,7 +173,7 @@ bool Learner::Start(std::string* error) {
   co.bfloat16 = m.cfg.ps().wire_bfloat16();
   m.publisher = std::make_unique<ps::ParamsPublisher>(m.ctx, co);
   if (m.ps_mode) m.fetcher = std::make_unique<ps::ParamsFetcher>(m.ctx, co);
-  if (m.restarted && !m.ps_mode) {
+  if (m.restarted && !m.ps_mode && !(m.allreduce && m.index != 0)) {
     // Never put a version at or below one the PS has served: continue above the newest
     // any shard holds (a shard restarted too holds none), and continue the frame count
     // the PS kept for this learner. Each shard answers at once if it has anything.
@@ -200,6 +221,8 @@ bool Learner::Start(std::string* error) {
     if (size_t(m.index) < by_learner.size()) frames_ = std::max(frames_.load(), by_learner[size_t(m.index)]);
     start_frames_ = frames_.load();
     if (m.index == 0 && !m.checkpoint_path.empty()) m.StartShardedCheckpoint();
+  } else if (m.allreduce && m.index != 0) {
+    // Allreduce: the chief publishes for everyone.
   } else if (!m.publisher->PutAll(m.params, version_.load(), &m.stop)) {
     *error = "learner: stopped before the first parameters reached the PS";
     return false;
@@ -212,8 +235,9 @@ bool Learner::Start(std::string* error) {
       m.TrainLoop();
     } catch (const std::exception& e) {
       base::MutexLock lock(m.mu);
-      m.failure = std::string(m.backend->name() != "cpu" ? "device error on the trainer thread: " : "trainer thread failed: ") + e.what();
-      std::fprintf(stderr, "learner %d: %s\n", m.index, m.failure.c_str());
+      m.failure = m.backend->name() != "cpu" ? base::DeviceError(std::string("device error on the trainer thread: ") + e.what())
+                                             : base::Internal(std::string("trainer thread failed: ") + e.what());
+      std::fprintf(stderr, "learner %d: %s\n", m.index, m.failure.message().c_str());
     }
   });
   return true;
@@ -254,7 +278,7 @@ bool Learner::Impl::SaveCheckpoint(std::string* error) {
   return false;
 }
 
-std::string Learner::failure() const {
+base::Status Learner::failure() const {
   base::MutexLock lock(impl_->mu);
   return impl_->failure;
 }
@@ -288,6 +312,7 @@ bool Learner::Impl::WriteCheckpointFile(std::string* error) {
 
 bool Learner::WriteCheckpoint(std::string* error) {
   Impl& m = *impl_;
+  if (m.allreduce && m.index != 0) return true;  // the chief checkpoints for everyone
   if (m.checkpoint_path.empty()) {
     *error = "no run_dir, so no checkpoint path";
     return false;
@@ -394,6 +419,10 @@ void Learner::FillStatus(wire::Status* s) {
   s->set_approx_kl(m.last_loss.approx_kl);
   s->set_rho_clip_fraction(m.last_loss.rho_clip_fraction);
   s->set_update_to_param_ratio(m.last_update_ratio);
+  s->set_allreduce_rounds(m.ring_stats.reductions);
+  s->set_allreduce_bytes_sent(m.ring_stats.bytes_sent);
+  s->set_allreduce_seconds(m.ring_stats.seconds);
+  s->set_allreduce_dropped(m.ring_stats.dropped);
   s->set_learning_rate(m.last_lr);
   s->set_train_seconds(m.train_seconds);
   s->set_receive_wait_s(m.receive_wait_s);

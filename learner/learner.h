@@ -13,6 +13,7 @@
 
 #include <zmq.hpp>
 
+#include "base/status.h"
 #include "wire/config.pb.h"
 #include "wire/messages.pb.h"
 #include "wire/trajectory.h"
@@ -51,10 +52,12 @@ class Learner {
   // export) with the optimizer state left at zero (it lives on the shards).
   [[nodiscard]] bool WriteCheckpoint(std::string* error);
 
-  // Non-empty once the trainer thread has ended on an error it cannot recover from (a
-  // device error on the CUDA backend: out of memory, a failed launch): the message, said
-  // once on stderr. The role then stops and exits with kExitDeviceError (wire/exit_codes.h).
-  std::string failure() const;
+  // Not ok once the trainer thread has ended on an error it cannot recover from, said once
+  // on stderr: a device error on the CUDA backend (out of memory, a failed launch; the role
+  // exits with kExitDeviceError, not restarted), or allreduce's ring broken (a learner gone
+  // past learner.allreduce_timeout_s; kExitFailed, restarted) or the learners' parameters
+  // found to differ.
+  base::Status failure() const;
 
   int64_t learner_steps() const { return steps_.load(); }
   int64_t env_frames() const { return frames_.load(); }
@@ -67,7 +70,7 @@ class Learner {
   std::unique_ptr<Impl> impl_;
   std::atomic<int64_t> steps_{0}, frames_{0}, version_{0};
   int64_t start_frames_ = 0;  // frames restored from a checkpoint; set in Start
-  std::atomic<int64_t> other_frames_{0};  // sync/async: frames of the other learners (from the PS)
+  std::atomic<int64_t> other_frames_{0};  // several learners: the others' frames (from the PS, or the ring)
 };
 
 }  // namespace stampede::learner

@@ -29,18 +29,19 @@ base::Status RunLearnerRole(const config::Config& cfg, int task_index, int resta
                               cfg.cluster().control(), &stop);
   Learner learner(cfg, ctx, BindEndpoint(cfg, LearnerEndpoint(cfg, task_index)), incarnation, curve, task_index, restarts > 0);
   if (!learner.Start(&error)) return base::InvalidArgument(error);
-  while (!stop.load() && learner.failure().empty()) {
+  while (!stop.load() && learner.failure().ok()) {
     wire::SleepUnlessStopped(cfg.learner().status_interval_s(), stop);
     learner.FillStatus(&channel.status());
     channel.Send("training");
   }
   learner.Stop();
-  if (const std::string failure = learner.failure(); !failure.empty()) {
-    // Not restarted: the same device would fail the same way. The parameters on the
-    // device cannot be trusted, so no final checkpoint either (the last one stands).
+  if (const base::Status failure = learner.failure(); !failure.ok()) {
+    // A device error is not restarted (the same device would fail the same way); a broken
+    // ring is. The parameters cannot be trusted, so no final checkpoint either (the last
+    // one stands).
     learner.FillStatus(&channel.status());
-    channel.Send(("stopped; " + failure).c_str());
-    return base::DeviceError(failure);
+    channel.Send(("stopped; " + failure.message()).c_str());
+    return failure;
   }
   learner.FillStatus(&channel.status());
   if (!cfg.run_dir().empty()) {

@@ -24,19 +24,23 @@ class Learner::Impl::RelayUpdater : public Updater {
     if (unpublished_) unpublished_ = !m_.publisher->Put(m_.params, m_.version().load());
   }
   int64_t BeforeStep(double*) override { return m_.version().load(); }
-  bool Commit(double lr, const Batch& batch, const Targets<float>* targets, double* update_ratio) override {
+  bool Commit(double* lr, const Batch& batch, const Targets<float>* targets, double* update_ratio) override {
     if (!m_.fused) {
       wire::TraceSpan span("apply", "learner");
-      *update_ratio = m_.rms->Step(m_.params, m_.grad, lr, m_.version().load() + 1);
+      *update_ratio = m_.rms->Step(m_.params, m_.grad, *lr, m_.version().load() + 1);
       if (m_.popart) m_.UpdatePopArt(batch, *targets);
     }
     const int64_t version = ++m_.version();
-    const int64_t steps = ++m_.steps();
+    Publish(version, ++m_.steps());
+    return true;
+  }
+  // Puts the new version to the shards every learner.publish_every steps (or at once
+  // while the last one has not reached every shard).
+  void Publish(int64_t version, int64_t steps) {
     if (steps % m_.cfg.learner().publish_every() == 0 || unpublished_) {
       wire::TraceSpan span("publish", "learner");
       unpublished_ = !m_.publisher->Put(m_.params, version);
     }
-    return true;
   }
   void AfterStep() override {
     const auto& lc = m_.cfg.learner();
@@ -93,12 +97,12 @@ class Learner::Impl::ShardedUpdater : public Updater {
     previous_ = m_.params;
     return m_.version().load();
   }
-  bool Commit(double lr, const Batch&, const Targets<float>*, double*) override {
+  bool Commit(double* lr, const Batch&, const Targets<float>*, double*) override {
     pushed_ = m_.fetcher->shard_versions();
     {
       wire::TraceSpan span("push", "learner");
       m_.publisher->set_env_frames(m_.frames());
-      if (!m_.publisher->PushGradient(m_.grad, pushed_, lr, &m_.stop)) return false;
+      if (!m_.publisher->PushGradient(m_.grad, pushed_, *lr, &m_.stop)) return false;
     }
     ++m_.steps();
     return true;
@@ -132,12 +136,105 @@ class Learner::Impl::ShardedUpdater : public Updater {
   std::vector<float> previous_;   // the parameters this learner's previous step trained on
 };
 
+// Allreduce: the learners average their gradients in a ring (learner/ring.h) and each
+// applies the same optimizer step to the same parameters, so they stay equal bit for bit
+// (compared every learner.allreduce_check_every steps). The learning rate comes from the
+// run's frames, every learner's as the ring carries them, so it is the same everywhere.
+// The chief publishes each version and writes the checkpoints, as a relay learner does.
+// A step waits for every learner: a straggler (a learner whose actors are slow) slows the
+// others, and one that sends nothing for learner.allreduce_timeout_s ends the step with
+// the ring broken (the learner fails and is restarted).
+class Learner::Impl::AllreduceUpdater : public Updater {
+ public:
+  explicit AllreduceUpdater(Impl& m) : m_(m), relay_(m), chief_(m.index == 0) {
+    for (int l = 0; l < m.cfg.learner().num_learners(); ++l) members_.push_back(l);
+  }
+  bool Ready() override { return true; }
+  std::chrono::milliseconds TakeWait() const override { return relay_.TakeWait(); }
+  void Idle() override {
+    if (chief_) relay_.Idle();
+  }
+  int64_t BeforeStep(double*) override { return m_.version().load(); }
+  bool Commit(double* lr, const Batch&, const Targets<float>*, double* update_ratio) override {
+    return Reduce(1, lr, update_ratio);
+  }
+  bool Skip() override {
+    double lr = 0, ratio = 0;
+    return Reduce(0, &lr, &ratio);
+  }
+  void AfterStep() override {
+    if (chief_) relay_.AfterStep();
+  }
+
+ private:
+  bool Reduce(int weight, double* lr, double* update_ratio) {
+    const int64_t round = m_.version().load() + 1;
+    RingContribution own;
+    own.env_frames = m_.frames();
+    own.weight = weight;
+    const int64_t every = m_.cfg.learner().allreduce_check_every();
+    if (every > 0 && round % every == 0) {
+      own.fingerprint = wire::Fnv1a64(reinterpret_cast<const char*>(m_.params.data()), m_.params.size() * sizeof(float)) | 1;
+    }
+    std::vector<RingContribution> all;
+    {
+      wire::TraceSpan span("allreduce", "learner");
+      const base::Status st = m_.ring->AllReduce(round, members_, m_.grad, own, &all, &m_.stop);
+      if (st.code() == base::Code::kCancelled) return false;
+      if (!st.ok()) {
+        m_.Fail(st);
+        return false;
+      }
+    }
+    {
+      base::MutexLock lock(m_.mu);
+      m_.ring_stats = m_.ring->stats();
+    }
+    int64_t frames = 0;
+    int weights = 0;
+    for (const auto& c : all) {
+      frames += c.env_frames;
+      weights += c.weight;
+      if (own.fingerprint != 0 && c.fingerprint != own.fingerprint) {
+        m_.Fail(base::Internal("allreduce: the learners' parameters differ at step " + std::to_string(round) +
+                               " (learner " + std::to_string(m_.index) + " against learner " + std::to_string(c.learner) +
+                               "); they must be equal bit for bit"));
+        return false;
+      }
+    }
+    m_.self->other_frames_ = frames - own.env_frames;
+    if (weights == 0) return true;  // no learner had a finite gradient: nothing to apply
+    *lr = net::ScheduledLearningRate(m_.cfg.learner().optimizer(), m_.cfg.stop().total_env_frames(), double(frames));
+    {
+      wire::TraceSpan span("apply", "learner");
+      *update_ratio = m_.rms->Step(m_.params, m_.grad, *lr, round);
+    }
+    const int64_t version = ++m_.version();
+    const int64_t steps = ++m_.steps();
+    if (chief_) relay_.Publish(version, steps);
+    return true;
+  }
+
+  Impl& m_;
+  RelayUpdater relay_;  // the chief's publishing and checkpoints
+  const bool chief_;
+  std::vector<int> members_;
+};
+
+void Learner::Impl::Fail(const base::Status& status) {
+  std::fprintf(stderr, "learner %d: %s\n", index, status.message().c_str());
+  base::MutexLock lock(mu);
+  failure = status;
+}
+
 void Learner::Impl::TrainLoop() {
   const auto& lc = cfg.learner();
   const int B = lc.batch_size(), T = cfg.actors().unroll_length();
   std::unique_ptr<Updater> updater;
   if (ps_mode) {
     updater = std::make_unique<ShardedUpdater>(*this);
+  } else if (allreduce) {
+    updater = std::make_unique<AllreduceUpdater>(*this);
   } else {
     updater = std::make_unique<RelayUpdater>(*this);
   }
@@ -179,7 +276,7 @@ void Learner::Impl::TrainLoop() {
     const auto start = Clock::now();
     double update_ratio = 0, norm = 0;
     const int64_t trained_on = updater->BeforeStep(&update_ratio);
-    const double lr = LearningRate();
+    double lr = LearningRate();
     {
       wire::TraceSpan span(fused ? "device_step" : "gradient", "learner");
       if (fused) {
@@ -209,11 +306,12 @@ void Learner::Impl::TrainLoop() {
       // Never applied or pushed (a fused step leaves the parameters alone too).
       CountSkippedStep();
       trained.clear();
+      if (!updater->Skip()) break;
       continue;
     }
     AfterStep(trained, trained_picks, batch, tg, st);
     trained.clear();
-    if (!updater->Commit(lr, batch, tg, &update_ratio)) break;
+    if (!updater->Commit(&lr, batch, tg, &update_ratio)) break;
     RecordStep(batch, trained_on, st, norm, update_ratio, lr, std::chrono::duration<double>(Clock::now() - start).count());
     updater->AfterStep();
   }

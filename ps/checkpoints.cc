@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/mutex.h"
+#include "ps/placement.h"
 #include "wire/durable_file.h"
 
 namespace stampede::ps {
@@ -283,6 +284,98 @@ int64_t ReadVersionMark(const std::string& path) {
 base::Status WriteVersionMark(const std::string& path, int64_t mark) {
   std::string error;
   if (!wire::WriteFileAtomically(path, std::to_string(mark) + "\n", &error)) return base::Internal(error);
+  return base::OkStatus();
+}
+
+base::Status ReshardCheckpoint(const FoundCheckpoint& from, const Placement& old_placement,
+                               const Placement& new_placement, const std::string& root,
+                               const std::string& config_text, std::string* written) {
+  const int old_shards = old_placement.num_shards();
+  const int64_t total = old_placement.total_size;
+  if (new_placement.total_size != total) {
+    return base::InvalidArgument("checkpoint " + from.dir + " holds " + std::to_string(total) +
+                                 " values, but the new placement places " + std::to_string(new_placement.total_size));
+  }
+  std::vector<float> params(static_cast<size_t>(total)), mean_square(static_cast<size_t>(total)),
+      momentum(static_cast<size_t>(total));
+  int64_t version = 0;
+  uint64_t fingerprint = 0;
+  std::vector<int64_t> frames;
+  for (int s = 0; s < old_shards; ++s) {
+    const ManifestPart* listed = nullptr;
+    for (const auto& p : from.manifest.parts) {
+      if (p.file == ShardPartName(s)) listed = &p;
+    }
+    const std::string path = from.dir + "/" + ShardPartName(s);
+    if (listed == nullptr) return base::InvalidArgument(path + ": not listed in its MANIFEST");
+    std::string bytes;
+    ShardPart part;
+    if (base::Status st = ReadPart(from.dir, *listed, &bytes); !st.ok()) return st;
+    if (base::Status st = ParseShardPart(bytes, path, &part); !st.ok()) return st;
+    if (part.shard != s || part.num_shards != old_shards || part.total_size != total ||
+        part.count != old_placement.Count(s) || part.offset != old_placement.Start(s)) {
+      return base::InvalidArgument(path + ": shard " + std::to_string(part.shard) + " of " +
+                                   std::to_string(part.num_shards) + " with " + std::to_string(part.count) +
+                                   " values at " + std::to_string(part.offset) + ", but its checkpoint's config places " +
+                                   std::to_string(old_placement.Count(s)) + " at " +
+                                   std::to_string(old_placement.Start(s)) + " on shard " + std::to_string(s) + " of " +
+                                   std::to_string(old_shards));
+    }
+    if (s > 0 && part.layout_fingerprint != fingerprint) {
+      return base::InvalidArgument(path + ": another network's part than shard 0's");
+    }
+    fingerprint = part.layout_fingerprint;
+    old_placement.Scatter(s, part.params.data(), params.data());
+    old_placement.Scatter(s, part.mean_square.data(), mean_square.data());
+    old_placement.Scatter(s, part.momentum.data(), momentum.data());
+    version = std::max(version, part.version);
+    if (frames.size() < part.learner_frames.size()) frames.resize(part.learner_frames.size(), 0);
+    for (size_t l = 0; l < part.learner_frames.size(); ++l) frames[l] = std::max(frames[l], part.learner_frames[l]);
+  }
+  Manifest m;
+  m.sequence = NextCheckpointSequence(root);
+  m.version = version;
+  m.learner_frames = frames;
+  const std::string dir = CheckpointDir(root, m.sequence);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return base::Internal("cannot make " + dir + ": " + ec.message());
+  std::string error;
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    if (!wire::WriteFileAtomically(dir + "/" + name, bytes, &error)) return false;
+    m.parts.push_back({name, int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
+    return true;
+  };
+  for (int s = 0; s < new_placement.num_shards(); ++s) {
+    ShardPart part;
+    part.shard = s;
+    part.num_shards = new_placement.num_shards();
+    part.version = version;
+    part.offset = new_placement.Start(s);
+    part.count = new_placement.Count(s);
+    part.total_size = total;
+    part.layout_fingerprint = fingerprint;
+    part.learner_frames = frames;
+    part.params.resize(size_t(part.count));
+    part.mean_square.resize(size_t(part.count));
+    part.momentum.resize(size_t(part.count));
+    new_placement.Gather(s, params.data(), part.params.data());
+    new_placement.Gather(s, mean_square.data(), part.mean_square.data());
+    new_placement.Gather(s, momentum.data(), part.momentum.data());
+    if (!write(ShardPartName(s), SerializeShardPart(part))) return base::Internal(error);
+  }
+  for (const auto& p : from.manifest.parts) {
+    if (p.file.rfind("shard-", 0) == 0) continue;
+    std::string bytes;
+    if (p.file == "config.textproto") {
+      bytes = config_text;
+    } else if (base::Status st = ReadPart(from.dir, p, &bytes); !st.ok()) {
+      return st;
+    }
+    if (!write(p.file, bytes)) return base::Internal(error);
+  }
+  if (base::Status st = WriteManifest(dir, m); !st.ok()) return st;
+  *written = dir;
   return base::OkStatus();
 }
 

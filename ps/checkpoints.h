@@ -70,6 +70,20 @@ int64_t NextCheckpointSequence(const std::string& root);
 // being written, or a damaged one to look at); removes everything older.
 void PruneCheckpoints(const std::string& root, int keep);
 
+struct Placement;
+
+// `stampede run --resume` with another ps.num_shards (or ps.placement / partition_bytes):
+// reads every shard's part of `from` (laid out by `old_placement`), and writes a new
+// checkpoint under `root` (the next sequence) with one part per shard of `new_placement`:
+// the same parameters and optimizer state, value for value, each part at the version the
+// old parts were at (their newest) with every learner's newest frame count, and
+// `config_text` as its config.textproto (the other chief parts copied). Invalid argument,
+// naming the file, when an old part is missing or does not match `old_placement`.
+// *written: the new checkpoint's directory.
+base::Status ReshardCheckpoint(const FoundCheckpoint& from, const Placement& old_placement,
+                               const Placement& new_placement, const std::string& root,
+                               const std::string& config_text, std::string* written);
+
 // A version high-water mark per shard (RUN_DIR/ps-<i>.version): before it serves a
 // version above the mark, a shard raises the mark by a block and syncs the file, so a
 // restarted shard numbers above anything it ever served.

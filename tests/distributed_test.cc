@@ -2,6 +2,8 @@
 // the optimizer, and sharded checkpoints that survive torn writes.
 #include <catch2/catch.hpp>
 
+#include <random>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -295,6 +297,88 @@ TEST_CASE("sharded checkpoint: without a manifest, truncated or NaN it is skippe
   ps::PruneCheckpoints(root, 1);
   CHECK_FALSE(std::filesystem::exists(ps::CheckpointDir(root, 1)));
   for (int64_t seq = 2; seq <= 5; ++seq) CHECK(std::filesystem::exists(ps::CheckpointDir(root, seq)));
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("sharded checkpoint: resharded from 3 shards to 2 and to 5 it holds the same values, optimizer state and counters", "[checkpoint][ps]") {
+  const std::string root = (std::filesystem::temp_directory_path() / "stampede_reshard_ckpt").string();
+  std::filesystem::remove_all(root);
+  const int64_t N = 1001;  // divides evenly by none of the shard counts
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0, 1);
+  std::vector<float> params(static_cast<size_t>(N)), ms(static_cast<size_t>(N)), mom(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) params[size_t(i)] = d(rng), ms[size_t(i)] = std::abs(d(rng)), mom[size_t(i)] = d(rng);
+  const ps::Placement three = ps::ContiguousPlacement(N, 3);
+  {
+    const std::string dir = ps::CheckpointDir(root, 1);
+    std::filesystem::create_directories(dir);
+    ps::Manifest m;
+    m.sequence = 1;
+    m.version = 40;
+    std::string error;
+    for (int s = 0; s < 3; ++s) {
+      ps::ShardPart p;
+      p.shard = s, p.num_shards = 3, p.version = 40 + s, p.offset = three.Start(s), p.count = three.Count(s);
+      p.total_size = N, p.layout_fingerprint = 9, p.learner_frames = {100 + s, 7 - s};
+      for (auto* v : {&p.params, &p.mean_square, &p.momentum}) v->resize(size_t(p.count));
+      three.Gather(s, params.data(), p.params.data());
+      three.Gather(s, ms.data(), p.mean_square.data());
+      three.Gather(s, mom.data(), p.momentum.data());
+      const std::string bytes = ps::SerializeShardPart(p);
+      REQUIRE(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes, &error));
+      m.parts.push_back({ps::ShardPartName(s), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
+    }
+    for (const auto& [name, text] : {std::pair<std::string, std::string>{"config.textproto", "old config"},
+                                     {"counters.txt", "version 42\n"}}) {
+      REQUIRE(wire::WriteFileAtomically(dir + "/" + name, text, &error));
+      m.parts.push_back({name, int64_t(text.size()), wire::Fnv1a64(text.data(), text.size())});
+    }
+    REQUIRE(ps::WriteManifest(dir, m).ok());
+  }
+  ps::FoundCheckpoint old;
+  std::vector<std::string> warnings;
+  REQUIRE(ps::FindNewestCheckpoint(root, &old, &warnings));
+  for (const int shards : {2, 5}) {
+    INFO(shards << " shards");
+    const ps::Placement to = ps::ContiguousPlacement(N, shards);
+    std::string written;
+    const base::Status st = ps::ReshardCheckpoint(old, three, to, root, "new config", &written);
+    INFO(st.message());
+    REQUIRE(st.ok());
+    ps::FoundCheckpoint now;
+    REQUIRE(ps::FindNewestCheckpoint(root, &now, &warnings));
+    REQUIRE(now.dir == written);
+    CHECK(now.manifest.version == 42);  // the newest part's
+    std::vector<float> p2(static_cast<size_t>(N), -1.f), ms2(static_cast<size_t>(N), -1.f), mom2(static_cast<size_t>(N), -1.f);
+    for (int s = 0; s < shards; ++s) {
+      std::string bytes;
+      ps::ShardPart part;
+      REQUIRE(ps::ReadPart(now.dir, now.manifest.parts[size_t(s)], &bytes).ok());
+      REQUIRE(ps::ParseShardPart(bytes, "p", &part).ok());
+      CHECK(part.shard == s);
+      CHECK(part.num_shards == shards);
+      CHECK(part.version == 42);
+      CHECK(part.learner_frames == std::vector<int64_t>{102, 7});  // each learner's newest
+      CHECK(part.layout_fingerprint == 9u);
+      to.Scatter(s, part.params.data(), p2.data());
+      to.Scatter(s, part.mean_square.data(), ms2.data());
+      to.Scatter(s, part.momentum.data(), mom2.data());
+    }
+    CHECK(p2 == params);
+    CHECK(ms2 == ms);
+    CHECK(mom2 == mom);
+    std::string text;
+    REQUIRE(ps::ReadPart(now.dir, now.manifest.parts[size_t(shards)], &text).ok());
+    CHECK(text == "new config");
+    REQUIRE(ps::ReadPart(now.dir, now.manifest.parts[size_t(shards) + 1], &text).ok());
+    CHECK(text == "version 42\n");
+  }
+  // Parts that do not match the placement said to have made them: refused, naming the part.
+  std::string written;
+  const base::Status wrong = ps::ReshardCheckpoint(old, ps::ContiguousPlacement(N, 4), ps::ContiguousPlacement(N, 2),
+                                                   root, "x", &written);
+  CHECK(wrong.code() == base::Code::kInvalidArgument);
+  CHECK_THAT(wrong.message(), Catch::Contains("shard-0.bin") && Catch::Contains("of 3"));
   std::filesystem::remove_all(root);
 }
 

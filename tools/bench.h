@@ -19,6 +19,7 @@ struct BenchOptions {
   bool broadcast = false; // --broadcast: PS fetch time of 16 clients instead
   bool minatar = false;   // --minatar: the C++ MinAtar games against the package instead
   bool gemm = false;      // --gemm: float32 GEMM GFLOP/s per backend instead
+  bool allreduce = false; // --allreduce: the learners' ring-allreduce alone instead
 };
 
 int RunBench(const BenchOptions& opt);
@@ -44,5 +45,9 @@ int RunGemmBench(const BenchOptions& opt);
 // A 512^3 float32 Eigen GEMM on this thread, GFLOP/s: the peak the network figures are
 // printed next to.
 double MeasureEigenGemmGflops(double seconds);
+// The learners' ring-allreduce alone: steps/s, bytes sent per learner per step and MB/s for
+// 2, 3, 4 learners at 1M and 10M floats, against ZeroMQ's loopback bandwidth
+// (tools/bench_allreduce.cc).
+int RunAllreduceBench(const BenchOptions& opt);
 
 }  // namespace stampede::tools

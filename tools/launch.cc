@@ -148,7 +148,8 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
     config::Config cfg = loaded.config;
     // The job picks the endpoints on the node it gets.
     auto* cl = cfg.mutable_cluster();
-    if (!cl->coordinator().empty() || cl->ps_size() > 0 || !cl->learner().empty() || cl->inference_size() > 0) {
+    if (!cl->coordinator().empty() || cl->ps_size() > 0 || !cl->learner().empty() || cl->inference_size() > 0 ||
+        cl->allreduce_size() > 0) {
       std::fprintf(stderr, "stampede launch slurm: cluster endpoints in the config are dropped: the job picks them on its node\n");
     }
     cl->clear_coordinator();
@@ -157,6 +158,7 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
     cl->clear_learners();
     cl->clear_ps();
     cl->clear_inference();
+    cl->clear_allreduce();
     cfg.clear_run_dir();
     std::string dir = root, name = root + "/launch-config.textproto";
     if (points.size() > 1) {

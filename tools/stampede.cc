@@ -172,6 +172,8 @@ int main(int argc, char** argv) {
                   "Measure how long 16 clients take to fetch a 1M- and 10M-parameter version from 1, 2, 4 PS shards");
   bench->add_flag("--minatar", bench_opt.minatar,
                   "Measure the C++ MinAtar games' steps/s against the minatar package's instead");
+  bench->add_flag("--allreduce", bench_opt.allreduce,
+                  "Measure the learners' ring-allreduce alone (2-4 learners, 1M and 10M floats) against ZeroMQ's loopback bandwidth");
   bench->add_flag("--gemm", bench_opt.gemm,
                   "Measure float32 GEMM GFLOP/s on one thread for Eigen, OpenBLAS and BLIS (where installed) instead");
   bench->add_option("--fleet-frames", bench_opt.fleet_frames,
@@ -262,6 +264,12 @@ int main(int argc, char** argv) {
       config_path = resume_dir + "/config.textproto";
       run_dir = resume_dir;
       opt.resume = true;
+      // The stopped run's loopback endpoints go (the resumed run picks fresh ones), before
+      // the user's --set: another ps.num_shards must not be checked against the old list.
+      const std::vector<std::string> fresh = {"cluster.coordinator=", "cluster.control=", "cluster.learner=",
+                                              "cluster.learners=",    "cluster.ps=",      "cluster.inference=",
+                                              "cluster.allreduce="};
+      sets.insert(sets.begin(), fresh.begin(), fresh.end());
     } else if (config_path.empty()) {
       std::fprintf(stderr, "stampede run: a CONFIG (or --resume RUN_DIR) is required\n");
       return 2;
@@ -358,6 +366,7 @@ int main(int argc, char** argv) {
     if (bench_opt.broadcast) return stampede::tools::RunBroadcastBench(bench_opt);
     if (bench_opt.minatar) return stampede::tools::RunMinAtarBench(bench_opt);
     if (bench_opt.gemm) return stampede::tools::RunGemmBench(bench_opt);
+    if (bench_opt.allreduce) return stampede::tools::RunAllreduceBench(bench_opt);
     return stampede::tools::RunBench(bench_opt);
   }
   for (auto* sub : roles) {

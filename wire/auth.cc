@@ -204,6 +204,7 @@ std::shared_ptr<const Curve> RunCurve(const config::Config& cfg, const std::stri
 std::map<std::string, std::set<std::string>> RunAllowList() {
   return {{kDomainTrajectories, {"actor"}},
           {kDomainInference, {"actor"}},
+          {kDomainAllreduce, {"learner"}},
           {kDomainParams, {"actor", "learner", "evaluator"}},
           {kDomainStatus, {"actor", "learner", "ps", "coordinator", "evaluator"}},
           {kDomainControl, {"actor", "learner", "ps", "coordinator", "evaluator"}}};

@@ -32,6 +32,7 @@ inline constexpr const char* kDomainParams = "params";              // PS ROUTER
 inline constexpr const char* kDomainStatus = "status";              // coordinator PULL: all
 inline constexpr const char* kDomainControl = "control";            // coordinator PUB: all
 inline constexpr const char* kDomainInference = "inference";        // learner's inference ROUTER: actors
+inline constexpr const char* kDomainAllreduce = "allreduce";        // learner's ring PULL: learners
 
 std::string Identity(const char* role, int index);
 // The role part of an identity ("actor-3" -> "actor"); empty if malformed.

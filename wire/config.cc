@@ -328,7 +328,9 @@ int LearnerOfActor(const config::Config& cfg, int actor) {
   return actor % std::max(1, cfg.learner().num_learners());
 }
 
-bool ShardsOwnOptimizer(const config::Config& cfg) { return cfg.learner().update_mode() != "relay"; }
+bool ShardsOwnOptimizer(const config::Config& cfg) {
+  return cfg.learner().update_mode() == "sync" || cfg.learner().update_mode() == "async";
+}
 
 std::string ConfigToText(const config::Config& cfg) {
   std::string out;

@@ -202,7 +202,7 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              "give one (net.layers: a torso of your own)";
     return false;
   }
-  if (num_layers == 0 && !torso.empty() && !net::FindTorsoPreset(torso)) {
+  if (num_layers == 0 && !net::FindTorsoPreset(torso)) {
     *error = loaded.Where("net.torso") + ": net.torso: \"" + torso + "\" is not known, expected " +
              net::TorsoPresetNames() + " (or a torso of your own in net.layers)";
     return false;
@@ -280,16 +280,16 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
   if (c.net().center_frames()) {
     // The first layer says whether the torso takes images.
     bool images = false;
+    const net::TorsoPreset* preset = net::FindTorsoPreset(torso);  // checked above
     if (num_layers > 0) {
       const auto k = c.net().layers(0).kind_case();
       images = k == config::LayerConfig::kConv || k == config::LayerConfig::kMaxPool || k == config::LayerConfig::kResidual;
     } else {
-      const net::TorsoPreset* p = net::FindTorsoPreset(torso.empty() ? net::TorsoPresets().front().name : torso);
-      images = p->build(net::PresetArgs{}).images();
+      images = preset->build(net::PresetArgs{}).images();
     }
     if (!images) {
       *error = loaded.Where("net.center_frames") + ": net.center_frames centres image channels, but the torso (" +
-               (num_layers > 0 ? std::string("net.layers") : "net.torso \"" + std::string(torso.empty() ? net::TorsoPresets().front().name : torso) + "\"") +
+               (num_layers > 0 ? std::string("net.layers") : "net.torso \"" + std::string(preset->name) + "\"") +
                ") does not take images (use an image torso, or leave center_frames off)";
       return false;
     }
@@ -360,14 +360,30 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
   {
     const auto& lc = c.learner();
     const std::string mode = lc.update_mode();
-    if (mode != "relay" && mode != "sync" && mode != "async") {
+    if (mode != "relay" && mode != "sync" && mode != "async" && mode != "allreduce") {
       *error = loaded.Where("learner.update_mode") + ": learner.update_mode: \"" + mode +
-               "\" is not known, expected \"relay\", \"sync\" or \"async\"";
+               "\" is not known, expected \"relay\", \"sync\", \"async\" or \"allreduce\"";
       return false;
     }
     if (mode == "relay" && lc.num_learners() > 1) {
       *error = loaded.Where("learner.num_learners") + ": learner.num_learners: " + std::to_string(lc.num_learners()) +
-               " learners need learner.update_mode \"sync\" or \"async\" (in \"relay\" one learner owns the optimizer)";
+               " learners need learner.update_mode \"sync\", \"async\" or \"allreduce\" (in \"relay\" one learner "
+               "owns the optimizer)";
+      return false;
+    }
+    if (!(lc.allreduce_timeout_s() >= 0.1 && lc.allreduce_timeout_s() <= 3600)) {
+      *error = loaded.Where("learner.allreduce_timeout_s") + ": learner.allreduce_timeout_s: " +
+               FormatNumber(lc.allreduce_timeout_s()) + " is out of range, expected seconds in [0.1, 3600]";
+      return false;
+    }
+    if (lc.allreduce_check_every() < 0 || lc.allreduce_check_every() > 1000000000) {
+      *error = loaded.Where("learner.allreduce_check_every") + ": learner.allreduce_check_every: " +
+               std::to_string(lc.allreduce_check_every()) + " is out of range, expected steps in [0, 1e9]";
+      return false;
+    }
+    if (c.cluster().allreduce_size() != 0 && c.cluster().allreduce_size() != lc.num_learners()) {
+      *error = loaded.Where("cluster.allreduce") + ": cluster.allreduce: " + std::to_string(c.cluster().allreduce_size()) +
+               " endpoints given, expected one per learner (learner.num_learners = " + std::to_string(lc.num_learners()) + ")";
       return false;
     }
     if (lc.replicas_to_aggregate() > lc.num_learners()) {

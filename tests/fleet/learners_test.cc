@@ -80,6 +80,50 @@ TEST_CASE("fleet: 2 learners x 3 shards x 4 actors learn Catch in sync and in as
   }
 }
 
+TEST_CASE("fleet: 2 and 3 allreduce learners learn Catch with the same parameters on every learner", "[fleet][learners]") {
+  // The learners compare parameter fingerprints every 5 steps (a difference fails the run);
+  // the chief publishes to the shards as in relay mode.
+  static std::map<int, double> bytes_per_round;  // kept across the sections (Catch runs the case once per section)
+  for (const int L : {2, 3}) {
+    SECTION(std::to_string(L) + " learners") {
+      const std::string run_dir = FreshRunDir("allreduce_" + std::to_string(L));
+      Proc p = Start({"run", "configs/catch_2learners.textproto", "--run-dir", run_dir, "--set",
+                      "learner.update_mode=allreduce", "--set", "learner.num_learners=" + std::to_string(L), "--set",
+                      "learner.allreduce_check_every=5"},
+                     run_dir + ".out");
+      const int code = Wait(p, std::chrono::seconds(120));
+      const std::string out = Slurp(p.output_path);
+      INFO(out);
+      REQUIRE(code == 0);
+      const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+      CHECK(summary["stop_reason"] == "target return reached");
+      CHECK(summary["frames_to_target"].get<long long>() > 0);
+      REQUIRE(summary["learners"].size() == size_t(L));
+      int64_t low = -1, high = -1;
+      for (const auto& [index, l] : summary["learners"].items()) {
+        INFO("learner " << index << ": " << l.dump());
+        CHECK(l["env_frames"].get<int64_t>() > 0);
+        const int64_t rounds = l["allreduce_rounds"].get<int64_t>();
+        CHECK(rounds > 10);
+        CHECK(l["allreduce_dropped"].get<int64_t>() == 0);
+        low = low < 0 ? rounds : std::min(low, rounds);
+        high = std::max(high, rounds);
+        if (index == "0") bytes_per_round[L] = double(l["allreduce_bytes_sent"].get<int64_t>()) / double(rounds);
+      }
+      // Every learner takes every step: their counts differ by the last status at most.
+      CHECK(high - low <= 2 * L);
+      // The shards took whole versions from the chief (relay's way), no gradients.
+      for (const auto& [shard, s] : summary["ps"].items()) CHECK(s["gradients_applied"].get<int64_t>() == 0);
+      CHECK(fs::exists(run_dir + "/checkpoint.bin"));
+      CheckNeverBackwards(Metrics(run_dir));
+      CheckNoneLeft(Spawned(Metrics(run_dir)));
+    }
+  }
+  // A learner sends 2 (L - 1) / L of the gradient per step: 1 with two learners, 4/3 with
+  // three (the headers add a little).
+  if (bytes_per_round.size() == 2) CHECK(bytes_per_round[3] / bytes_per_round[2] == Approx(4.0 / 3.0).epsilon(0.05));
+}
+
 TEST_CASE("fleet: Catch learns with PyTorch's RMSprop and with Adam, in relay mode and on the shards (sync)", "[fleet][learners]") {
   // learner.optimizer.kind runs in the learner (relay) and in every PS shard (sync).
   const std::pair<const char*, std::vector<std::string>> kinds[] = {
@@ -281,6 +325,57 @@ int FreePortOn(const char* host) {
   return port;
 }
 }  // namespace
+
+TEST_CASE("fleet: a sync run resumed with fewer, then more PS shards continues at the same version with the same parameters", "[fleet][learners]") {
+  const std::string run_dir = FreshRunDir("reshard");
+  Proc first = Start({"run", "configs/catch_2learners.textproto", "--run-dir", run_dir, "--set",
+                      "stop.stop_at_target=false", "--set", "stop.total_env_frames=100000"},
+                     run_dir + ".out");
+  REQUIRE(Wait(first, std::chrono::seconds(60)) == 0);
+  const json before = json::parse(Slurp(run_dir + "/summary.json"));
+  // The parameters the chief read back from the 3 shards at the stop (with the version and
+  // frames), for eval and export.
+  const std::string params_before = Slurp(run_dir + "/checkpoint.bin");
+  // 3 -> 2 shards, the budget spent: the parts are redistributed, the run restores them and
+  // stops without a step, and the parameters read back from the 2 shards are the same bytes.
+  Proc fewer = Start({"run", "--resume", run_dir, "--set", "ps.num_shards=2"}, run_dir + ".fewer.out");
+  REQUIRE(Wait(fewer, std::chrono::seconds(60)) == 0);
+  {
+    const std::string out = Slurp(fewer.output_path);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("stampede: resharded ") && Catch::Contains("(3 shards") && Catch::Contains("(2 shards"));
+    // checkpoint.bin: magic, format, layout fingerprint, version and env frames (bytes
+    // [0, 36)), the chief's own step count (a learner counter, not restored in sync mode),
+    // then the layout, the parameters and the (sync: zero) optimizer buffers, and a checksum.
+    const std::string params_after = Slurp(run_dir + "/checkpoint.bin");
+    REQUIRE(params_after.size() == params_before.size());
+    REQUIRE(params_before.size() > 52);
+    CHECK(params_after.compare(0, 36, params_before, 0, 36) == 0);
+    CHECK(params_after.compare(44, params_after.size() - 52, params_before, 44, params_before.size() - 52) == 0);
+    std::string latest;
+    for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints")) latest = std::max(latest, e.path().string());
+    CHECK(fs::exists(latest + "/shard-1.bin"));
+    CHECK_FALSE(fs::exists(latest + "/shard-2.bin"));
+  }
+  // 2 -> 4 shards with a larger budget: it goes on from the stopped run's step and frames.
+  Proc more = Start({"run", "--resume", run_dir, "--set", "ps.num_shards=4", "--set", "stop.total_env_frames=250000"},
+                    run_dir + ".more.out");
+  REQUIRE(Wait(more, std::chrono::seconds(60)) == 0);
+  const std::string out = Slurp(more.output_path);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("(2 shards") && Catch::Contains("(4 shards"));
+  const json after = json::parse(Slurp(run_dir + "/summary.json"));
+  CHECK(after["env_frames"].get<int64_t>() >= 250000);
+  CHECK(after["ps"].size() == 4);
+  int resumes = 0;
+  int64_t first_version_after = -1;
+  for (const auto& r : Metrics(run_dir)) {
+    resumes += r.value("event", "") == "resume";
+    if (resumes == 2 && !r.contains("event") && first_version_after < 0) first_version_after = r["policy_version"].get<int64_t>();
+  }
+  CHECK(resumes == 2);
+  CHECK(first_version_after >= before["learner_steps"].get<int64_t>());
+}
 
 TEST_CASE("fleet: processes started by hand on distinct loopback hosts report to stampede coordinator and stop at the budget", "[fleet][hosts]") {
   const std::string run_dir = FreshRunDir("hosts");
