@@ -253,15 +253,11 @@ base::Status CheckNetworkAndDevice(const config::Config& cfg) {
   }
   const std::string device = cfg.learner().device();
   if (device == "cpu") return base::OkStatus();
-  {
-    const auto limits = wire::TaskActionLimits(cfg);
-    const bool masked = std::any_of(limits.begin(), limits.end(),
-                                    [&](int a) { return a < shape.num_actions; });
-    if (PopArtOn(cfg) || masked) {
-      return base::InvalidArgument("learner.device: \"" + device + "\": " +
-               (PopArtOn(cfg) ? std::string("learner.popart") : std::string("per-task action masks (tasks with fewer actions than the suite's union)")) +
-               " run on the CPU learner only; use learner.device: \"cpu\"");
-    }
+  if (PopArtOn(cfg)) {
+    // Per-task action masks run on the CUDA learner too; PopArt not yet.
+    return base::InvalidArgument("learner.device: \"" + device +
+                                 "\": learner.popart runs on the CPU learner only; use learner.device: \"cpu\" "
+                                 "or learner.popart: false");
   }
   // Ask in a child, so this process (which starts the fleet) never initialises CUDA.
   int fds[2];
@@ -286,7 +282,7 @@ base::Status CheckNetworkAndDevice(const config::Config& cfg) {
   int status = 0;
   while (pid > 0 && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  const int index = std::atoi(device.c_str() + 5);
+  const int index = device == "cuda" ? 0 : std::atoi(device.c_str() + 5);  // "cuda": any GPU will do
   const size_t nl = reply.find('\n');
   const int count = nl == std::string::npos ? 0 : std::atoi(reply.substr(0, nl).c_str());
   const std::string why = nl == std::string::npos ? "the CUDA query failed" : reply.substr(nl + 1);

@@ -95,25 +95,36 @@ net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg, const LossOp
   o.max_grad_norm = lc.max_grad_norm();
   o.optimizer = net::OptimizerHyperFromConfig(lc.optimizer());
   o.allow_tf32 = true;
+  o.action_limits = lo.action_limits;
   return o;
 }
 
 }  // namespace
 
-base::StatusOr<std::unique_ptr<Backend>> MakeBackend(const config::Config& cfg, net::Model<float>& net) {
+base::StatusOr<std::unique_ptr<Backend>> MakeBackend(const config::Config& cfg, net::Model<float>& net,
+                                                     int learner_index) {
   const LossOptions lo = LossOptionsFrom(cfg);
   const std::string device = cfg.learner().device();
   if (device == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(net, lo));
-  if (lo.popart || !lo.action_limits.empty()) {
+  if (lo.popart) {
     // `stampede run` refuses this before anything starts; a learner started by hand too.
-    return base::InvalidArgument("learner.device \"" + device +
-                                 "\": PopArt and per-task action masks run on the CPU learner only");
+    return base::InvalidArgument("learner.device \"" + device + "\": PopArt runs on the CPU learner only");
   }
-  const int index = std::stoi(device.substr(5));  // "cuda:N", checked by the config
+  // "cuda:N", checked by the config; "cuda": learner i on GPU i mod the GPUs this process
+  // sees (Slurm's and Kubernetes' CUDA_VISIBLE_DEVICES: the node's or the pod's own).
+  int index = 0;
+  if (device == "cuda") {
+    std::string why;
+    const int count = net::cuda::DeviceCount(&why);
+    if (count == 0) return base::DeviceError("learner.device \"cuda\": " + why);
+    index = learner_index % count;
+  } else {
+    index = std::stoi(device.substr(5));
+  }
   std::string error;
   auto t = net::cuda::Trainer::Create(net.spec(), index, TrainerOptions(cfg, lo), &error);
   if (!t) return base::DeviceError(error);
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(t), device));
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(t), "cuda:" + std::to_string(index)));
 }
 
 }  // namespace stampede::learner

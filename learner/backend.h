@@ -55,9 +55,11 @@ class Backend {
   virtual LossStats WaitUpdate(std::span<float> params, double* grad_norm) = 0;
 };
 
-// The backend learner.device names: "cpu" (the model `net`, which must outlive it) or
-// "cuda:N" (a device error when the build or the machine has no such device; invalid
-// argument for what only the CPU learner does).
-base::StatusOr<std::unique_ptr<Backend>> MakeBackend(const config::Config& cfg, net::Model<float>& net);
+// The backend learner.device names: "cpu" (the model `net`, which must outlive it),
+// "cuda:N", or "cuda" (learner `learner_index` on GPU learner_index mod the GPUs this
+// process sees: one GPU per learner on a node of several). A device error when the build
+// or the machine has no such device; invalid argument for what only the CPU learner does.
+base::StatusOr<std::unique_ptr<Backend>> MakeBackend(const config::Config& cfg, net::Model<float>& net,
+                                                     int learner_index = 0);
 
 }  // namespace stampede::learner

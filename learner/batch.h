@@ -51,6 +51,7 @@ inline net::cuda::BatchView BatchViewOf(const Batch& b) {
   v.behaviour = b.behaviour_logits.data();
   v.truncation_values = b.truncation_values.data();
   v.initial_state = b.initial_core_state.empty() ? nullptr : b.initial_core_state.data();
+  v.tasks = b.tasks.empty() ? nullptr : b.tasks.data();
   return v;
 }
 

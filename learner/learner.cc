@@ -123,7 +123,7 @@ bool Learner::Start(std::string* error) {
     base::MutexLock lock(m.mu);
     m.popart_stats.assign(m.params.begin() + m.popart->stats, m.params.begin() + m.popart->stats + 2 * m.num_tasks);
   }
-  auto backend = MakeBackend(m.cfg, *m.net);
+  auto backend = MakeBackend(m.cfg, *m.net, m.index);
   if (!backend.ok()) return base::ReportTo(backend.status(), error);
   m.backend = std::move(backend).value();
   // Relay on a backend with a fused step runs it there; allreduce applies the averaged

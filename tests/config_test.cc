@@ -69,15 +69,22 @@ TEST_CASE("config: a directory is not a config, and a million hidden layers are 
   CHECK_THAT(LoadError(path), Catch::Contains("net.hidden_sizes: 100 layers, expected at most 64"));
 }
 
-TEST_CASE("config: sync and async take the CUDA learner, not PopArt", "[config]") {
+TEST_CASE("config: sync, async and allreduce take the CUDA learner, not PopArt", "[config]") {
   const std::string two = std::string(STAMPEDE_SOURCE_DIR) + "/configs/catch_2learners.textproto";
-  for (const char* mode : {"sync", "async"}) {
+  for (const char* mode : {"sync", "async", "allreduce"}) {
     INFO(mode);
     const std::string m = std::string("learner.update_mode=") + mode;
     CHECK(LoadError(two, {m, "learner.device=cuda:0"}) == "(loaded)");
+    CHECK(LoadError(two, {m, "learner.device=cuda"}) == "(loaded)");  // learner i on GPU i mod the GPUs
     CHECK_THAT(LoadError(two, {m, "learner.popart=true"}),
                Catch::Contains("learner.update_mode \"" + std::string(mode) + "\" runs without PopArt"));
   }
+  CHECK_THAT(LoadError(two, {"learner.device=cuda:x"}), Catch::Contains("expected \"cpu\", \"cuda:N\""));
+  CHECK_THAT(LoadError(two, {"learner.update_mode=ring"}), Catch::Contains("\"allreduce\""));
+  CHECK_THAT(LoadError(two, {"learner.update_mode=allreduce", "learner.allreduce_timeout_s=0"}),
+             Catch::Contains("learner.allreduce_timeout_s: 0 is out of range"));
+  CHECK_THAT(LoadError(two, {"cluster.allreduce=tcp://a:1"}),
+             Catch::Contains("cluster.allreduce: 1 endpoints given, expected one per learner"));
 }
 
 TEST_CASE("config: an unknown torso or device is a located error", "[config]") {
@@ -86,7 +93,7 @@ TEST_CASE("config: an unknown torso or device is a located error", "[config]") {
   CHECK_THAT(err, Catch::StartsWith(path + ":3:"));
   CHECK_THAT(err, Catch::Contains("net.torso: \"resnet50\" is not known"));
   const auto dev = WriteTemp("device", "learner { device: \"gpu\" }\n");
-  CHECK_THAT(LoadError(dev), Catch::Contains("learner.device: \"gpu\" is not known, expected \"cpu\" or \"cuda:N\""));
+  CHECK_THAT(LoadError(dev), Catch::Contains("learner.device: \"gpu\" is not known, expected \"cpu\", \"cuda:N\" (N a GPU index) or \"cuda\""));
   CHECK(LoadError(dev, {"learner.device=cuda:1"}) == "(loaded)");
   const auto inf = WriteTemp("inference", "actors { inference: \"remote\" }\n");
   CHECK_THAT(LoadError(inf), Catch::Contains(":1:") && Catch::Contains("actors.inference: \"remote\" is not known, expected \"local\" or \"central\""));

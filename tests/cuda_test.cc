@@ -16,6 +16,7 @@
 #include "learner/loss.h"
 #include "learner/optimizer.h"
 #include "net/cuda/trainer.h"
+#include "net/distribution.h"
 #include "net/model.h"
 #include "tests/skip_only.h"
 
@@ -25,6 +26,7 @@ namespace {
 struct Case {
   const char* name;
   net::ModelSpec spec;
+  std::vector<int> action_limits = {};  // per task (a suite's masks); empty: one task, none masked
 };
 
 net::ModelSpec Spec(const std::string& torso, std::vector<int> obs, bool u8, int lstm, net::PolicyShape pol) {
@@ -71,10 +73,13 @@ std::vector<Case> Cases() {
       {"deep resnet + lstm", Spec("deep_resnet", {2, 16, 12}, true, 8, net::CategoricalPolicy(3))},
       {"small cnn", Spec("small_cnn", {3, 6, 7}, false, 0, net::CategoricalPolicy(5))},
       {"a layer list of the user's own (conv, max-pool, residual, dense, tanh) + lstm", Custom()},
+      // A suite of three tasks with 5, 2 and 3 of the union's 5 actions.
+      {"mlp + lstm, per-task action masks", Spec("mlp", {6}, false, 8, net::CategoricalPolicy(5)), {5, 2, 3}},
   };
 }
 
-learner::Batch RandomBatch(const net::ModelSpec& spec, int T, int B, uint64_t seed) {
+learner::Batch RandomBatch(const net::ModelSpec& spec, int T, int B, uint64_t seed,
+                           const std::vector<int>& action_limits = {}) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> n(0, 1);
   std::uniform_real_distribution<float> u(0, 1);
@@ -108,6 +113,16 @@ learner::Batch RandomBatch(const net::ModelSpec& spec, int T, int B, uint64_t se
     }
   }
   for (auto& s : b.initial_core_state) s = 0.3f * n(rng);
+  if (!action_limits.empty()) {
+    // Each unroll a task; its actions among that task's.
+    for (int u = 0; u < B; ++u) b.tasks[size_t(u)] = int32_t(rng() % action_limits.size());
+    for (int t = 0; t < T; ++t) {
+      for (int u = 0; u < B; ++u) {
+        const size_t i = size_t(t) * B + u;
+        b.actions[i] = int32_t(rng() % uint64_t(action_limits[size_t(b.tasks[size_t(u)])]));
+      }
+    }
+  }
   for (int i = 0; i < T * B; ++i) {
     const float e = u(rng);
     b.terminated[i] = e < 0.1f;
@@ -141,8 +156,9 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     std::mt19937_64 rng(8);
     std::normal_distribution<float> noise(0, 0.05f);
     for (auto& p : params) p += noise(rng);
-    const learner::Batch batch = RandomBatch(c.spec, T, B, 9);
+    const learner::Batch batch = RandomBatch(c.spec, T, B, 9, c.action_limits);
     learner::LossOptions lo;
+    lo.action_limits = c.action_limits;
     lo.discount = 0.97;
     lo.entropy_cost = 0.02;
     lo.reward_clip = 1.5;
@@ -155,6 +171,7 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     to.reward_clip = lo.reward_clip;
     to.normalize_advantages = normalize;
     to.max_grad_norm = 1.0;  // small: the clip engages
+    to.action_limits = c.action_limits;
     // Each network runs one of the optimizers (net/kernel_math.h), in turn.
     const net::OptimizerKind kinds[] = {net::OptimizerKind::kRmsProp, net::OptimizerKind::kRmsPropTorch,
                                         net::OptimizerKind::kAdam};
@@ -181,6 +198,14 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
                                                   : (const void*)batch.observations.data(),
                  T1, B, first.data(), batch.initial_core_state.empty() ? nullptr : batch.initial_core_state.data(),
                  c_policy.data(), c_values.data());
+    // The GPU gives the policy outputs the loss sees: masked where the unroll's task lacks
+    // the action (learner/loss.cc masks the CPU's the same way).
+    for (int t = 0; t < T1 && !c.action_limits.empty(); ++t) {
+      for (int u = 0; u < B; ++u) {
+        const int limit = c.action_limits[size_t(batch.tasks[size_t(u)])];
+        for (int j = limit; j < P; ++j) c_policy[(size_t(t) * B + u) * P + j] = net::kMaskedLogit;
+      }
+    }
     REQUIRE(g_policy.size() == c_policy.size());
     for (size_t i = 0; i < c_policy.size(); ++i) CHECK(g_policy[i] == Approx(c_policy[i]).epsilon(1e-4).margin(1e-4));
     for (size_t i = 0; i < c_values.size(); ++i) CHECK(g_values[i] == Approx(c_values[i]).epsilon(1e-4).margin(1e-4));

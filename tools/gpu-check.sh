@@ -3,9 +3,11 @@
 #   1. the CPU-vs-CUDA tests (every network: forward, gradient, a full learner step),
 #   2. `stampede bench --gpu` (deep ResNet + LSTM, B=32, T=100, 84x84x4),
 #   3. the same learner step in PyTorch eager on the same GPU, and the ratio,
-#   4. Catch runs with learner.device cuda:0 in relay, sync and async mode (the one train
-#      loop's CUDA backend: fused steps in relay, gradients pushed to the shards otherwise),
-#      and pixel Catch through a network of the config's own (net.layers).
+#   4. Catch runs with the CUDA learner in relay, sync, async and allreduce mode (the one
+#      train loop's CUDA backend: fused steps in relay, gradients pushed to the shards or
+#      averaged in the learners' ring otherwise), and pixel Catch through a network of the
+#      config's own (net.layers),
+#   5. a two-task suite with per-task action masks on the CUDA learner.
 #
 # That machine has the CUDA driver, cuBLAS and cuDNN (PyTorch's wheels) but none of this
 # machine's Debian libraries, so the build travels:
@@ -84,13 +86,15 @@ if [[ -n "$a" && -n "$b" ]]; then
   python3 -c "print(f'== Stampede / PyTorch eager learner throughput: {float($a) / float($b):.2f}x (target >= 1.5x)')"
 fi
 
-echo "== 4. The CUDA learner in every update mode (Catch to 0.9: relay; two learners sync, async; pixel Catch through net.layers)"
-for run in "catch relay" "catch_2learners sync" "catch_2learners async" "catch_pixels_custom relay"; do
+echo "== 4. The CUDA learner in every update mode (Catch to 0.9: relay; two learners sync, async, allreduce; pixel Catch through net.layers)"
+# learner.device "cuda": learner i on GPU i mod the GPUs there (both on one, on a one-GPU machine).
+for run in "catch relay cuda:0" "catch_2learners sync cuda:0" "catch_2learners async cuda:0" \
+    "catch_2learners allreduce cuda" "catch_pixels_custom relay cuda:0"; do
   set -- $run
   dir=$(mktemp -d)/run
   # Each run is bounded (a hang is a failure, not a stuck check).
   if timeout "${GPU_RUN_SECONDS:-150}" "$GPU_DIR/bin/stampede" run "configs/$1.textproto" --run-dir "$dir" \
-      --set learner.device=cuda:0 --set "learner.update_mode=$2" --set stop.stop_at_target=true >"$dir.out" 2>&1 &&
+      --set "learner.device=$3" --set "learner.update_mode=$2" --set stop.stop_at_target=true >"$dir.out" 2>&1 &&
       grep -q '"stop_reason": *"target return reached"' "$dir/summary.json"; then
     echo "$1 $2: target reached; $(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"{s['frames_to_target']} frames, {s['seconds_to_target']:.1f} s to target, {s['frames_per_second']:.0f} frames/s\")" "$dir/summary.json")"
   else
@@ -100,4 +104,16 @@ for run in "catch relay" "catch_2learners sync" "catch_2learners async" "catch_p
     status=1
   fi
 done
+echo "== 5. A suite with per-task action masks on the CUDA learner (catch_cartpole, PopArt off; runs to a 300k-frame budget)"
+dir=$(mktemp -d)/run
+if timeout "${GPU_RUN_SECONDS:-150}" "$GPU_DIR/bin/stampede" run configs/catch_cartpole.textproto --run-dir "$dir" \
+    --set learner.device=cuda:0 --set learner.popart=false --set stop.total_env_frames=300000 \
+    --set stop.stop_at_target=false >"$dir.out" 2>&1 && grep -q '"stop_reason": *"frame budget' "$dir/summary.json"; then
+  echo "catch_cartpole (masks) on cuda:0: ran to its budget; $(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"{s['learner_steps']} learner steps, {s['frames_per_second']:.0f} frames/s\")" "$dir/summary.json")"
+else
+  echo "catch_cartpole (masks) on cuda:0: FAILED; last lines:"
+  tail -15 "$dir.out"
+  [[ -n "${OUT:-}" ]] && cp "$dir.out" "$OUT/catch_cartpole_masks.log"
+  status=1
+fi
 exit $status

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kStatusPort = 5000, kControlPort = 5001, kLearnerPort = 5100, kPsPort = 5200, kInferencePort = 5300;
+constexpr int kStatusPort = 5000, kControlPort = 5001, kLearnerPort = 5100, kPsPort = 5200, kInferencePort = 5300,
+              kAllreducePort = 5400;
 constexpr const char* kConfigDir = "/stampede/config";
 constexpr const char* kKeysDir = "/stampede/keys";
 constexpr const char* kRunDir = "/stampede/run";
@@ -158,7 +159,9 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
     *error = "--name, --namespace and --image must not be empty";
     return false;
   }
-  if (opt.learner_gpus > 0) cfg.mutable_learner()->set_device("cuda:0");
+  // Each learner pod gets its own GPUs; learner.device "cuda" puts the learner on its pod's
+  // GPU (learner i on GPU i mod the GPUs the pod sees: the first, with one per pod).
+  if (opt.learner_gpus > 0) cfg.mutable_learner()->set_device("cuda");
   // The spec the actors' env has, resolved here, so every pod reads one finished config.
   if (const base::Status resolved = coordinator::ResolveEnvSpec(coordinator::SelfExePath(), &cfg); !resolved.ok()) {
     *error = resolved.message();
@@ -169,6 +172,7 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   cl->clear_ps();
   cl->clear_learners();
   cl->clear_inference();
+  cl->clear_allreduce();
   cl->set_coordinator("tcp://" + w.name + "-coordinator" + domain + ":" + std::to_string(kStatusPort));
   cl->set_control("tcp://" + w.name + "-coordinator" + domain + ":" + std::to_string(kControlPort));
   const int learners = cfg.learner().num_learners(), shards = cfg.ps().num_shards(), actors = cfg.actors().num_actors();
@@ -180,6 +184,10 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
     if (cfg.actors().inference() == "central") {
       cl->add_inference("tcp://" + w.name + "-learner-" + std::to_string(l) + "." + w.name + "-learner" + domain + ":" +
                         std::to_string(kInferencePort));
+    }
+    if (cfg.learner().update_mode() == "allreduce") {
+      cl->add_allreduce("tcp://" + w.name + "-learner-" + std::to_string(l) + "." + w.name + "-learner" + domain + ":" +
+                        std::to_string(kAllreducePort));
     }
   }
   for (int s = 0; s < shards; ++s) {
@@ -238,6 +246,7 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   files->push_back({"03-run-volume.yaml", pvc.str()});
   std::vector<std::pair<std::string, int>> learner_ports = {{"trajectories", kLearnerPort}};
   if (cfg.actors().inference() == "central") learner_ports.push_back({"inference", kInferencePort});
+  if (cfg.learner().update_mode() == "allreduce") learner_ports.push_back({"allreduce", kAllreducePort});
   files->push_back({"04-services.yaml", w.HeadlessService("coordinator", {{"status", kStatusPort}, {"control", kControlPort}}) +
                                             "---\n" + w.HeadlessService("ps", {{"ps", kPsPort}}) + "---\n" +
                                             w.HeadlessService("learner", learner_ports)});

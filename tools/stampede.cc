@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
   k8s->add_option("--image", k8s_opt.image, "Container image with stampede on PATH")->default_val("stampede:latest");
   k8s->add_option("--name", k8s_opt.name, "Prefix of every object (default stampede-CONFIG)");
   k8s->add_option("--actors", k8s_opt.actors, "Actor pods (default: actors.num_actors)")->check(CLI::Range(1, 100000));
-  k8s->add_option("--learner-gpus", k8s_opt.learner_gpus, "nvidia.com/gpu per learner pod (and learner.device cuda:0)")
+  k8s->add_option("--learner-gpus", k8s_opt.learner_gpus, "nvidia.com/gpu per learner pod (and learner.device cuda: each learner on its pod's GPU)")
       ->default_val(0)->check(CLI::Range(0, 64));
   k8s->add_option("--storage", k8s_opt.storage, "Size of the run directory's ReadWriteMany claim")->default_val("10Gi");
   k8s->add_option("--storage-class", k8s_opt.storage_class, "Storage class of that claim (default: the cluster's)");

@@ -41,6 +41,19 @@ __global__ void GaussianLogStdGrad(const float* dpolicy, int64_t rows, int D, fl
   grad[d] += float(s);
 }
 
+// Per-task action masks (TrainerOptions::action_limits): the policy outputs of row i at and
+// past its unroll's task's action count become kMaskedLogit, as learner/loss.cc does on the
+// CPU (their probability is then 0, and so is their gradient).
+__global__ void MaskLogits(int64_t rows, int B, int P, const int32_t* tasks, const int32_t* limits, int num_tasks,
+                           float* policy) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= rows * P) return;
+  const int64_t r = i / P;
+  int t = tasks[r % B];
+  if (t < 0 || t >= num_tasks) t = 0;
+  if (int(i % P) >= limits[t]) policy[i] = kMaskedLogit;
+}
+
 // Episode starts for rows 1 .. T from the [T, B] flags; row 0 starts from the state.
 __global__ void EpisodeStarts(int T, int B, const uint8_t* terminated, const uint8_t* truncated,
                               const uint8_t* valid, uint8_t* first) {
@@ -196,6 +209,13 @@ class CudaTrainer : public Trainer {
     Add(&off_.behaviour, size_t(TB) * P * 4);
     Add(&off_.truncation_values, size_t(TB) * 4);
     Add(&off_.initial_state, size_t(B) * 2 * spec_.lstm_size * 4);
+    Add(&off_.tasks, size_t(B) * 4);
+    if (!opt_.action_limits.empty()) {
+      limits_.Resize(opt_.action_limits.size());
+      const std::vector<int32_t> limits(opt_.action_limits.begin(), opt_.action_limits.end());
+      STAMPEDE_CUDA_CHECK(cudaMemcpy(limits_.get(), limits.data(), limits.size() * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice));
+    }
     for (int i = 0; i < 2; ++i) {
       STAMPEDE_CUDA_CHECK(cudaMallocHost(&pinned_[i], packed_bytes_));
       staged_[i].Resize(packed_bytes_);
@@ -269,6 +289,11 @@ class CudaTrainer : public Trainer {
         std::memset(h + off_.initial_state, 0, size_t(B) * 2 * spec_.lstm_size * 4);
       }
     }
+    if (b.tasks) {
+      std::memcpy(h + off_.tasks, b.tasks, size_t(B) * 4);
+    } else {
+      std::memset(h + off_.tasks, 0, size_t(B) * 4);
+    }
     STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(staged_[slot].get(), h, packed_bytes_, cudaMemcpyHostToDevice, copy_stream_));
     STAMPEDE_CUDA_CHECK(cudaEventRecord(copied_[slot], copy_stream_));
     current_slot_ = slot;
@@ -334,7 +359,7 @@ class CudaTrainer : public Trainer {
 
  private:
   struct Offsets {
-    size_t obs, actions, rewards, terminated, truncated, valid, behaviour, truncation_values, initial_state;
+    size_t obs, actions, rewards, terminated, truncated, valid, behaviour, truncation_values, initial_state, tasks;
   };
   void Add(size_t* offset, size_t bytes) {
     *offset = packed_bytes_;
@@ -436,6 +461,11 @@ class CudaTrainer : public Trainer {
                                                                               head_outputs_, policy_.get());
     } else {
       policy_head_->Forward(ctx_, p, h, int(rows), policy_.get());
+      if (!opt_.action_limits.empty()) {
+        MaskLogits<<<Blocks(rows * P), 256, 0, ctx_.stream>>>(rows, B, P, reinterpret_cast<int32_t*>(d + off_.tasks),
+                                                              limits_.get(), int(opt_.action_limits.size()),
+                                                              policy_.get());
+      }
     }
     baseline_->Forward(ctx_, p, h, int(rows), values_.get());
     // Targets (V-trace) and the loss gradient.
@@ -533,6 +563,7 @@ class CudaTrainer : public Trainer {
   DeviceArray<float> params_, grad_, ms_, mom_, input_, policy_, values_, dpolicy_, dvalues_;
   DeviceArray<float> log_rhos_, discounts_, rewards_, vs_, pg_adv_, core_out_, head_tmp_, dA_, dB_;
   DeviceArray<uint8_t> first_;
+  DeviceArray<int32_t> limits_;  // TrainerOptions::action_limits, on the device
   DeviceArray<double> stats_;
   std::vector<DeviceArray<float>> acts_;
   Offsets off_{};

@@ -41,6 +41,9 @@ struct TrainerOptions {
   // Let cuDNN use TF32 tensor cores for convolutions (PyTorch's default); off gives
   // strict FP32, which the CPU-vs-CUDA tests use.
   bool allow_tf32 = false;
+  // Per task, its number of actions: a suite's unroll of task t has the policy outputs at
+  // and past action_limits[t] masked (as learner/loss.cc does). Empty: none masked.
+  std::vector<int> action_limits;
 };
 
 // A host batch of B unrolls, time-major, in the wire's layout (learner::Batch's arrays).
@@ -55,6 +58,7 @@ struct BatchView {
   const float* behaviour = nullptr;         // [T B, policy_size]
   const float* truncation_values = nullptr; // [T B]
   const float* initial_state = nullptr;     // [B, state_size] (null without a core)
+  const int32_t* tasks = nullptr;           // [B] each unroll's task (null: all task 0)
 };
 
 struct StepStats {

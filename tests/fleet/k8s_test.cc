@@ -60,6 +60,26 @@ TEST_CASE("k8s: launch k8s writes the golden manifests, and a Secret with every 
   CHECK_THAT(config, Catch::Contains("num_actors: 3"));
 }
 
+TEST_CASE("k8s: allreduce learners get ring endpoints on their pods, and a GPU each", "[k8s]") {
+  const std::string out = FreshRunDir("k8s_allreduce");
+  Proc p = Start({"launch", "k8s", "configs/catch_2learners.textproto", "--out", out, "--namespace", "rl", "--image",
+                  "registry.example/stampede:1", "--learner-gpus", "1", "--set", "learner.update_mode=allreduce"},
+                 out + ".log");
+  const int code = Wait(p, std::chrono::seconds(60));
+  INFO(Slurp(p.output_path));
+  REQUIRE(code == 0);
+  const std::string config = Slurp(out + "/01-config.yaml");
+  INFO(config);
+  for (int l = 0; l < 2; ++l) {
+    CHECK_THAT(config, Catch::Contains("allreduce: \"tcp://stampede-catch-2learners-learner-" + std::to_string(l) +
+                                       ".stampede-catch-2learners-learner.rl.svc.cluster.local:5400\""));
+  }
+  CHECK_THAT(config, Catch::Contains("device: \"cuda\""));
+  const std::string services = Slurp(out + "/04-services.yaml");
+  INFO(services);
+  CHECK_THAT(services, Catch::Contains("name: allreduce") && Catch::Contains("port: 5400"));
+}
+
 TEST_CASE("k8s: every manifest passes kubernetes-validate --strict against Kubernetes 1.30", "[k8s]") {
   const char* configured = std::getenv("STAMPEDE_VENV");
   const std::string venv = configured && *configured ? configured : std::string(STAMPEDE_SOURCE_DIR) + "/.venv";
