@@ -100,6 +100,7 @@ struct Learner::Impl {
   bool ps_mode = false;  // the shards own the optimizer (sync/async)
   bool allreduce = false;  // the learners average their gradients in a ring (learner/ring.h)
   std::unique_ptr<Ring> ring;  // allreduce: this learner's place in it
+  int64_t version_floor = 0;   // allreduce chief, restarted: the PS's newest version + 1
   // Sync/async chief: the sharded checkpoint in progress (0: none).
   int64_t ckpt_sequence = 0;
   std::string ckpt_dir;

@@ -185,15 +185,21 @@ bool Learner::Start(std::string* error) {
     const int64_t restored = version_.load();
     (void)m.fetcher->WaitFirst(served, &assembled, kRestartProbe, &m.stop);
     for (int64_t v : m.fetcher->newest_versions()) ps_version = std::max(ps_version, v);
-    if (ps_version >= 0) {
+    if (ps_version >= 0 && m.allreduce) {
+      // The ring decides the version (the newest any learner's state has); the chief's
+      // next version is above what the PS served whatever the ring decides.
+      m.version_floor = ps_version + 1;
+    } else if (ps_version >= 0) {
       version_ = std::max(version_.load(), ps_version + 1);
       steps_ = version_.load();
     }
-    std::fprintf(stderr, "learner: restarted: %s; the PS serves version %lld; continuing as version %lld\n",
+    std::fprintf(stderr, "learner: restarted: %s; the PS serves version %lld; %s %lld\n",
                  m.cfg.learner().restore_from().empty()
                      ? "no checkpoint yet, fresh parameters"
                      : ("restored version " + std::to_string(restored) + " from " + m.cfg.learner().restore_from()).c_str(),
-                 (long long)ps_version, (long long)version_.load());
+                 (long long)ps_version,
+                 m.allreduce ? "the ring takes the newest state of its learners, at version at least" : "continuing as version",
+                 (long long)(m.allreduce ? std::max(m.version_floor, version_.load()) : version_.load()));
     const auto& by_learner = m.fetcher->env_frames_by_learner();
     if (!by_learner.empty()) frames_ = std::max(frames_.load(), by_learner[0]);
     start_frames_ = frames_.load();

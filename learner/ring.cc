@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include <zmq.hpp>
 
@@ -26,10 +27,33 @@ constexpr std::chrono::milliseconds kPollSlice{100};
 // kept up to this many.
 constexpr size_t kMaxEarly = 256;
 
+// "step S of ring G" for a round the learners number (generation << 40) | step; the number
+// itself otherwise.
+std::string RoundText(int64_t round) {
+  if (round < (int64_t(1) << 40)) return "round " + std::to_string(round);
+  return "step " + std::to_string(round & ((int64_t(1) << 40) - 1)) + " of ring " + std::to_string(round >> 40);
+}
+
 struct Early {
   wire::RingPart header;
   zmq::message_t payload;
 };
+
+// RingPart.phase: 0 and 1 are a reduction's; the rendezvous (Ring::Rendezvous) uses
+//   kJoin  (a learner -> the chief): round = its state's version; known[0]: its frames, and
+//          in `fingerprint` its version again;
+//   kPlan  (the chief -> each member): step = the generation, round = the version everyone
+//          continues from, members = the new ring, chunk = the member whose state the
+//          others with an older version take (the source), known: every member's frames
+//          and (in `fingerprint`) the version of its state;
+//   kState (the source -> a member with an older state): pieces of params, then mean
+//          square, then momentum (offset into those 3 N values), round = the plan's;
+//   kReset (the chief -> every learner): join now (the chief is forming a new ring).
+constexpr int kJoin = 2, kPlan = 3, kState = 4, kReset = 5;
+// A learner waiting for the chief's plan says it is there again this often.
+constexpr std::chrono::milliseconds kJoinRepeat{500};
+// After a failure, the chief takes the learners that joined until none has for this long.
+constexpr std::chrono::milliseconds kSettle{1000};
 }  // namespace
 
 struct Ring::Impl {
@@ -46,6 +70,15 @@ struct Ring::Impl {
   int prev = 0, next = 0;
   int64_t total = 0;
   std::map<int, RingContribution> known;
+  // The rendezvous: the ring's generation and members; the chief's joiners (learner ->
+  // its version and frames); a plan that came while a reduction ran; every learner's
+  // newest frame count the ring carried.
+  int64_t generation = 0;
+  std::map<int, std::pair<int64_t, int64_t>> joins;
+  std::map<int, uint64_t> member_incarnations;  // the chief: each member's at the last plan
+  std::map<int, uint64_t> join_incarnations;    // the chief: each joiner's
+  std::optional<wire::RingPart> pending_plan;
+  std::map<int, int64_t> frames_seen;
 
   Impl(zmq::context_t& c, RingOptions o) : ctx(c), opt(std::move(o)) {}
 
@@ -89,7 +122,7 @@ struct Ring::Impl {
       while (!wire::SendMessage(s, h, std::span<const wire::Frame>(&f, 1))) {
         if (stop && stop->load()) return base::Cancelled("stopped");
         if (Clock::now() > deadline) {
-          return base::Unavailable("allreduce round " + std::to_string(round) + ": learner " + std::to_string(next) +
+          return base::Unavailable("allreduce " + RoundText(round) + ": learner " + std::to_string(next) +
                                    " took nothing for " + std::to_string(opt.timeout.count() / 1000.0) +
                                    " s (learner.allreduce_timeout_s)");
         }
@@ -102,13 +135,98 @@ struct Ring::Impl {
   }
 
   // Checks a received piece against what this reduction can accept; "" when it may be kept.
-  std::string Check(const wire::RingPart& h, const zmq::message_t& payload, const std::string& peer) const {
+  // A rendezvous message met during a reduction: the reason to abandon it, or "" to go on.
+  std::string Control(const wire::RingPart& h) {
+    const int from = h.sender().task_index();
+    if (h.phase() == kJoin && opt.rank == 0) {
+      // A member's JOIN from before the current ring (it repeats them while it waits) is
+      // stale; a learner restarted since (another incarnation) or a member that lost this
+      // ring asks for a new one.
+      const auto it = member_incarnations.find(from);
+      if (it != member_incarnations.end() && it->second == h.sender().incarnation() && h.step() < generation) return "";
+      joins[from] = {h.round(), h.known_size() > 0 ? h.known(0).env_frames() : 0};
+      join_incarnations[from] = h.sender().incarnation();
+      return "learner " + std::to_string(from) + " asks to join the ring";
+    }
+    if ((h.phase() == kPlan || h.phase() == kReset) && from == 0 && opt.rank != 0 && h.step() > generation) {
+      if (h.phase() == kPlan) pending_plan = h;
+      return "the chief is forming a new ring";
+    }
+    return "";  // not for this learner, or stale: ignored
+  }
+
+  // A reduction's piece met during a rendezvous (a member that has its plan already began
+  // the next reduction): kept for it. Pieces of rounds before the plan's are dropped when
+  // that reduction starts (rounds carry the ring's generation, so an older ring's never match).
+  void KeepEarly(wire::RingPart h, zmq::message_t payload) {
+    if (early.size() < kMaxEarly) {
+      early.push_back(Early{std::move(h), std::move(payload)});
+    } else {
+      Drop("too many messages ahead of the one expected");
+    }
+  }
+
+  // Sends one message without waiting (a rendezvous message to a learner that may be gone).
+  void SendNow(int to, const wire::RingPart& h, std::span<const float> data = {}) {
+    auto it = out.find(to);
+    if (it == out.end()) return;
+    const wire::Frame f{data.data(), data.size() * sizeof(float)};
+    (void)wire::SendMessage(*it->second, h, std::span<const wire::Frame>(&f, 1));
+  }
+
+  wire::RingPart ControlHeader(int phase) const {
+    wire::RingPart h;
+    *h.mutable_sender() = wire::MakeSender(wire::ROLE_LEARNER, opt.rank, opt.incarnation);
+    h.set_phase(phase);
+    return h;
+  }
+
+  // Receives one well-formed message from another learner of the run before `deadline`.
+  // False on the deadline or the stop flag.
+  bool Next(Clock::time_point deadline, wire::RingPart* h, zmq::message_t* payload, const std::atomic<bool>* stop) {
+    for (;;) {
+      if (stop && stop->load()) return false;
+      const auto now = Clock::now();
+      if (now > deadline) return false;
+      zmq::pollitem_t item{in->handle(), 0, ZMQ_POLLIN, 0};
+      const auto wait = std::min(kPollSlice, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                                                 std::chrono::milliseconds(1));
+      if (wire::Poll(&item, 1, wait) <= 0) continue;
+      std::vector<zmq::message_t> parts;
+      if (!wire::RecvMultipart(*in, &parts, false)) continue;
+      if (parts.size() != 2) {
+        Drop(std::to_string(parts.size()) + " parts, expected 2");
+        continue;
+      }
+      if (!wire::ParseFrame(parts[0], h)) {
+        Drop("an unreadable header");
+        continue;
+      }
+      stats.bytes_received += int64_t(parts[1].size());
+      if (std::string why = CheckSender(*h, wire::PeerIdentity(parts[0])); !why.empty()) {
+        Drop(why);
+        continue;
+      }
+      *payload = std::move(parts[1]);
+      return true;
+    }
+  }
+
+  // Who sent it: a learner of the run speaking our protocol, whose key is its own.
+  std::string CheckSender(const wire::RingPart& h, const std::string& peer) const {
     if (std::string e = wire::CheckProtocol(h.sender()); !e.empty()) return e;
     if (h.sender().role() != wire::ROLE_LEARNER) return "not from a learner";
-    if (!peer.empty() && peer != wire::Identity("learner", h.sender().task_index())) {
-      return "claims learner " + std::to_string(h.sender().task_index()) + " but its key is " + peer + "'s";
+    const int from = h.sender().task_index();
+    if (from < 0 || from >= int(opt.endpoints.size()) || from == opt.rank) return "from no other learner of the run";
+    if (!peer.empty() && peer != wire::Identity("learner", from)) {
+      return "claims learner " + std::to_string(from) + " but its key is " + peer + "'s";
     }
-    if (h.round() < round) return "round " + std::to_string(h.round()) + " is over (now " + std::to_string(round) + ")";
+    return "";
+  }
+
+  std::string Check(const wire::RingPart& h, const zmq::message_t& payload, const std::string& peer) const {
+    if (std::string e = CheckSender(h, peer); !e.empty()) return e;
+    if (h.round() < round) return RoundText(h.round()) + " is over (now " + RoundText(round) + ")";
     if (h.round() > round) return "";  // kept until this learner gets there
     if (h.sender().task_index() != prev) {
       return "from learner " + std::to_string(h.sender().task_index()) + ", but the previous member is " +
@@ -158,7 +276,7 @@ struct Ring::Impl {
           if (stop && stop->load()) return base::Cancelled("stopped");
           const auto now = Clock::now();
           if (now > deadline) {
-            return base::Unavailable("allreduce round " + std::to_string(round) + ": learner " + std::to_string(prev) +
+            return base::Unavailable("allreduce " + RoundText(round) + ": learner " + std::to_string(prev) +
                                      " sent nothing for " + std::to_string(opt.timeout.count() / 1000.0) +
                                      " s (learner.allreduce_timeout_s)");
           }
@@ -177,6 +295,16 @@ struct Ring::Impl {
             continue;
           }
           stats.bytes_received += int64_t(parts[1].size());
+          if (h.phase() >= kJoin) {
+            // The ring's membership is changing: a learner asks the chief to join, or the
+            // chief re-forms the ring. This reduction is abandoned for the rendezvous.
+            if (std::string why = CheckSender(h, wire::PeerIdentity(parts[0])); !why.empty()) {
+              Drop(why);
+              continue;
+            }
+            if (std::string why = Control(h); !why.empty()) return base::Unavailable(why);
+            continue;
+          }
           if (std::string why = Check(h, parts[1], wire::PeerIdentity(parts[0])); !why.empty()) {
             Drop(why);
             continue;
@@ -305,9 +433,191 @@ base::Status Ring::AllReduce(int64_t round, const std::vector<int>& members, std
     if (auto st = m.Receive(1, s, data, begin(recv_c), end(recv_c), stop); !st.ok()) return st;
   }
   all->clear();
-  for (int l : members) all->push_back(m.known.at(l));
+  for (int l : members) {
+    all->push_back(m.known.at(l));
+    m.frames_seen[l] = m.known.at(l).env_frames;
+  }
   ++m.stats.reductions;
   m.stats.seconds += std::chrono::duration<double>(Clock::now() - started).count();
+  return base::OkStatus();
+}
+
+base::Status Ring::Rendezvous(RingMemberState* state, int64_t floor, bool first, RingPlan* plan,
+                              const std::atomic<bool>* stop) {
+  Impl& m = *impl_;
+  const int L = int(m.opt.endpoints.size());
+  const int64_t N = int64_t(state->params.size());
+  // Who has which state version and frames (the plan's `known`).
+  std::map<int, std::pair<int64_t, int64_t>> versions;
+  wire::RingPart decided;
+  if (m.opt.rank == 0) {
+    // The chief: ask everyone, take who comes, decide.
+    m.joins[0] = {state->version, state->env_frames};
+    int64_t generation = m.generation;
+    m.join_incarnations[0] = m.opt.incarnation;
+    wire::RingPart reset = m.ControlHeader(kReset);
+    reset.set_step(generation + 1);
+    for (int l = 1; l < L; ++l) m.SendNow(l, reset);
+    const auto start = Clock::now();
+    const auto limit = start + m.opt.timeout;
+    auto last_new = start;
+    while (int(m.joins.size()) < L) {
+      const auto until = first ? limit : std::min(limit, last_new + kSettle);
+      wire::RingPart h;
+      zmq::message_t payload;
+      if (!m.Next(until, &h, &payload, stop)) {
+        if (stop && stop->load()) return base::Cancelled("stopped");
+        break;  // the time is up: those that joined
+      }
+      if (h.phase() != kJoin) {
+        m.KeepEarly(std::move(h), std::move(payload));  // a member that has the plan already
+        continue;
+      }
+      const int from = h.sender().task_index();
+      if (!m.joins.count(from)) last_new = Clock::now();
+      m.joins[from] = {h.round(), h.known_size() > 0 ? h.known(0).env_frames() : 0};
+      m.join_incarnations[from] = h.sender().incarnation();
+      generation = std::max<int64_t>(generation, h.step());
+    }
+    int64_t newest = -1;
+    int source = 0;
+    for (const auto& [l, vf] : m.joins) {
+      if (vf.first > newest) newest = vf.first, source = l;
+    }
+    decided = m.ControlHeader(kPlan);
+    decided.set_step(generation + 1);
+    decided.set_round(std::max(newest, floor));
+    decided.set_chunk(source);
+    for (const auto& [l, vf] : m.joins) {
+      decided.add_members(l);
+      auto* k = decided.add_known();
+      k->set_learner(l);
+      const auto seen = m.frames_seen.find(l);
+      const int64_t frames = std::max(vf.second, seen == m.frames_seen.end() ? int64_t(0) : seen->second);
+      k->set_env_frames(frames);
+      k->set_fingerprint(uint64_t(vf.first));
+      m.frames_seen[l] = frames;
+    }
+    m.member_incarnations = m.join_incarnations;
+    m.join_incarnations.clear();
+    for (const auto& [l, vf] : m.joins) {
+      if (l != 0) m.SendNow(l, decided);
+    }
+    m.joins.clear();
+  } else {
+    // Everyone else: join, and wait for the chief's plan.
+    const auto deadline = Clock::now() + (first ? 2 * m.opt.timeout : m.opt.timeout);
+    bool have = false;
+    if (m.pending_plan) {
+      decided = *m.pending_plan;
+      have = true;
+    }
+    m.pending_plan.reset();
+    auto next_join = Clock::now();
+    while (!have) {
+      if (Clock::now() >= next_join) {
+        wire::RingPart join = m.ControlHeader(kJoin);
+        join.set_round(state->version);
+        join.set_step(m.generation);
+        auto* k = join.add_known();
+        k->set_learner(m.opt.rank);
+        k->set_env_frames(state->env_frames);
+        k->set_fingerprint(uint64_t(state->version));
+        m.SendNow(0, join);
+        next_join = Clock::now() + kJoinRepeat;
+      }
+      wire::RingPart h;
+      zmq::message_t payload;
+      if (!m.Next(std::min(deadline, next_join), &h, &payload, stop)) {
+        if (stop && stop->load()) return base::Cancelled("stopped");
+        if (Clock::now() > deadline) {
+          return base::Unavailable("allreduce: no plan from the chief (learner 0) within " +
+                                   std::to_string(m.opt.timeout.count() / 1000.0) + " s (learner.allreduce_timeout_s)");
+        }
+        continue;
+      }
+      if (h.phase() < kJoin) {
+        m.KeepEarly(std::move(h), std::move(payload));  // a member that has the plan already
+        continue;
+      }
+      if (h.sender().task_index() != 0) continue;
+      if (h.phase() == kReset) next_join = Clock::now();  // join at once
+      if (h.phase() == kPlan && h.step() > m.generation) {
+        decided = std::move(h);
+        have = true;
+      }
+    }
+  }
+  // The plan, as every member reads it.
+  RingPlan p;
+  p.generation = decided.step();
+  p.version = decided.round();
+  p.source = decided.chunk();
+  p.members.assign(decided.members().begin(), decided.members().end());
+  std::sort(p.members.begin(), p.members.end());
+  int64_t newest = -1;
+  for (const auto& k : decided.known()) {
+    p.env_frames[k.learner()] = k.env_frames();
+    versions[k.learner()] = {int64_t(k.fingerprint()), k.env_frames()};
+    newest = std::max(newest, int64_t(k.fingerprint()));
+  }
+  if (std::find(p.members.begin(), p.members.end(), m.opt.rank) == p.members.end() || !versions.count(p.source)) {
+    return base::Unavailable("allreduce: the chief's plan leaves this learner out");
+  }
+  // The state: from the source to every member whose state is older.
+  const auto deadline = Clock::now() + m.opt.timeout;
+  std::span<float> parts3[3] = {state->params, state->mean_square, state->momentum};
+  if (m.opt.rank == p.source) {
+    for (int l : p.members) {
+      if (l == m.opt.rank || versions[l].first >= newest) continue;
+      zmq::socket_t& s = *m.out.at(l);
+      for (int64_t at = 0; at < 3 * N;) {
+        const int which = int(at / std::max<int64_t>(1, N));
+        const int64_t within = at - which * N;
+        const int64_t n = std::min(N - within, m.opt.piece_elements);
+        wire::RingPart h = m.ControlHeader(kState);
+        h.set_round(p.version);
+        h.set_step(p.generation);
+        h.set_offset(at);
+        h.set_total(3 * N);
+        const wire::Frame f{parts3[which].data() + within, size_t(n) * sizeof(float)};
+        while (!wire::SendMessage(s, h, std::span<const wire::Frame>(&f, 1))) {
+          if (stop && stop->load()) return base::Cancelled("stopped");
+          if (Clock::now() > deadline) return base::Unavailable("allreduce: learner " + std::to_string(l) + " took no state");
+        }
+        m.stats.bytes_sent += int64_t(f.size);
+        at += n;
+      }
+    }
+  } else if (state->version < newest) {
+    for (int64_t at = 0; at < 3 * N;) {
+      wire::RingPart h;
+      zmq::message_t payload;
+      if (!m.Next(deadline, &h, &payload, stop)) {
+        if (stop && stop->load()) return base::Cancelled("stopped");
+        return base::Unavailable("allreduce: no state from learner " + std::to_string(p.source) + " within " +
+                                 std::to_string(m.opt.timeout.count() / 1000.0) + " s");
+      }
+      if (h.phase() < kJoin) {
+        m.KeepEarly(std::move(h), std::move(payload));
+        continue;
+      }
+      if (h.phase() != kState || h.sender().task_index() != p.source || h.step() != p.generation) continue;
+      const int64_t n = int64_t(payload.size() / sizeof(float));
+      const int which = int(at / std::max<int64_t>(1, N));
+      const int64_t within = at - which * N;
+      if (h.offset() != at || h.total() != 3 * N || payload.size() % sizeof(float) != 0 || n > N - within) {
+        m.Drop("a piece of state that does not fit");
+        continue;
+      }
+      std::memcpy(parts3[which].data() + within, payload.data(), payload.size());
+      at += n;
+    }
+  }
+  state->version = p.version;
+  m.generation = p.generation;
+  m.pending_plan.reset();
+  *plan = std::move(p);
   return base::OkStatus();
 }
 

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -66,6 +67,24 @@ struct RingStats {
   double seconds = 0;   // inside AllReduce
 };
 
+// What a learner brings to a rendezvous: its parameters and optimizer state (N values
+// each; a member with an older state than the newest gets the newest here), the version
+// of that state, and its frame count.
+struct RingMemberState {
+  std::span<float> params, mean_square, momentum;
+  int64_t version = 0;
+  int64_t env_frames = 0;
+};
+
+// The chief's decision at a rendezvous.
+struct RingPlan {
+  int64_t generation = 0;
+  std::vector<int> members;           // ascending
+  int64_t version = 0;                // every member continues from this version
+  int source = 0;                     // the member whose state the others with an older one took
+  std::map<int, int64_t> env_frames;  // each member's frames as the chief knew them
+};
+
 class Ring {
  public:
   Ring(zmq::context_t& ctx, RingOptions options);
@@ -86,6 +105,18 @@ class Ring {
   [[nodiscard]] base::Status AllReduce(int64_t round, const std::vector<int>& members, std::span<float> data,
                                        const RingContribution& own, std::vector<RingContribution>* all,
                                        const std::atomic<bool>* stop = nullptr);
+
+  // Forms the ring (Horovod Elastic's reset): at the start, and after a reduction ended
+  // Unavailable. The chief (learner 0) asks every learner to join and takes those that do:
+  // at the start all of them (or those there within the timeout), after a failure those that
+  // join until none has for a second. It sends each the plan: the members, the version to
+  // continue from (the newest any member's state has, or `floor` where higher: the chief's
+  // numbering above what the PS served), and the member whose state the others with an
+  // older one take (a restarted learner). Every member then holds the same parameters and
+  // optimizer state, and state->version is the plan's. Unavailable when no plan comes within
+  // the timeout (the chief gone: it is restarted, and the others join it then).
+  [[nodiscard]] base::Status Rendezvous(RingMemberState* state, int64_t floor, bool first, RingPlan* plan,
+                                        const std::atomic<bool>* stop = nullptr);
 
   const RingStats& stats() const;
 

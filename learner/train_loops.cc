@@ -146,10 +146,40 @@ class Learner::Impl::ShardedUpdater : public Updater {
 // the ring broken (the learner fails and is restarted).
 class Learner::Impl::AllreduceUpdater : public Updater {
  public:
-  explicit AllreduceUpdater(Impl& m) : m_(m), relay_(m), chief_(m.index == 0) {
-    for (int l = 0; l < m.cfg.learner().num_learners(); ++l) members_.push_back(l);
+  explicit AllreduceUpdater(Impl& m) : m_(m), relay_(m), chief_(m.index == 0) {}
+  // The ring is formed before the first step and again after a reduction failed
+  // (learner/ring.h Rendezvous: Horovod Elastic's reset): the members are the learners
+  // there, the version the newest any of their states has, and a learner that was
+  // restarted takes the parameters and optimizer state of one that was not.
+  bool Ready() override {
+    if (formed_) return true;
+    RingMemberState st;
+    st.params = m_.params;
+    st.mean_square = m_.rms->mean_square();
+    st.momentum = m_.rms->momentum();
+    st.version = m_.version().load();
+    st.env_frames = m_.frames();
+    RingPlan plan;
+    const base::Status s = m_.ring->Rendezvous(&st, chief_ ? m_.version_floor : 0, !ever_formed_, &plan, &m_.stop);
+    if (!s.ok()) {
+      if (s.code() != base::Code::kCancelled) {
+        std::fprintf(stderr, "learner %d: allreduce: %s; trying again\n", m_.index, s.message().c_str());
+      }
+      return false;
+    }
+    m_.version() = st.version;
+    members_ = plan.members;
+    generation_ = plan.generation;
+    if (const auto f = plan.env_frames.find(m_.index); f != plan.env_frames.end() && f->second > m_.frames()) {
+      m_.self->frames_ = f->second;  // a restarted learner continues its count
+    }
+    std::string who;
+    for (int l : members_) who += (who.empty() ? "" : ",") + std::to_string(l);
+    std::fprintf(stderr, "learner %d: allreduce: ring %lld formed: learners %s at version %lld (state of learner %d)\n",
+                 m_.index, (long long)plan.generation, who.c_str(), (long long)st.version, plan.source);
+    formed_ = ever_formed_ = true;
+    return true;
   }
-  bool Ready() override { return true; }
   std::chrono::milliseconds TakeWait() const override { return relay_.TakeWait(); }
   void Idle() override {
     if (chief_) relay_.Idle();
@@ -168,12 +198,15 @@ class Learner::Impl::AllreduceUpdater : public Updater {
 
  private:
   bool Reduce(int weight, double* lr, double* update_ratio) {
-    const int64_t round = m_.version().load() + 1;
+    const int64_t step = m_.version().load() + 1;
+    // The ring's round: the step, under the ring's generation, so that pieces of a step an
+    // earlier ring abandoned never count in this one's.
+    const int64_t round = (generation_ << 40) | step;
     RingContribution own;
     own.env_frames = m_.frames();
     own.weight = weight;
     const int64_t every = m_.cfg.learner().allreduce_check_every();
-    if (every > 0 && round % every == 0) {
+    if (every > 0 && step % every == 0) {
       own.fingerprint = wire::Fnv1a64(reinterpret_cast<const char*>(m_.params.data()), m_.params.size() * sizeof(float)) | 1;
     }
     std::vector<RingContribution> all;
@@ -182,8 +215,11 @@ class Learner::Impl::AllreduceUpdater : public Updater {
       const base::Status st = m_.ring->AllReduce(round, members_, m_.grad, own, &all, &m_.stop);
       if (st.code() == base::Code::kCancelled) return false;
       if (!st.ok()) {
-        m_.Fail(st);
-        return false;
+        // A learner gone, or one joining: this step is dropped (nobody applies it) and the
+        // ring is formed again before the next.
+        std::fprintf(stderr, "learner %d: allreduce: %s; forming the ring again\n", m_.index, st.message().c_str());
+        formed_ = false;
+        return true;
       }
     }
     {
@@ -196,7 +232,7 @@ class Learner::Impl::AllreduceUpdater : public Updater {
       frames += c.env_frames;
       weights += c.weight;
       if (own.fingerprint != 0 && c.fingerprint != own.fingerprint) {
-        m_.Fail(base::Internal("allreduce: the learners' parameters differ at step " + std::to_string(round) +
+        m_.Fail(base::Internal("allreduce: the learners' parameters differ at step " + std::to_string(step) +
                                " (learner " + std::to_string(m_.index) + " against learner " + std::to_string(c.learner) +
                                "); they must be equal bit for bit"));
         return false;
@@ -207,7 +243,7 @@ class Learner::Impl::AllreduceUpdater : public Updater {
     *lr = net::ScheduledLearningRate(m_.cfg.learner().optimizer(), m_.cfg.stop().total_env_frames(), double(frames));
     {
       wire::TraceSpan span("apply", "learner");
-      *update_ratio = m_.rms->Step(m_.params, m_.grad, *lr, round);
+      *update_ratio = m_.rms->Step(m_.params, m_.grad, *lr, step);
     }
     const int64_t version = ++m_.version();
     const int64_t steps = ++m_.steps();
@@ -218,7 +254,9 @@ class Learner::Impl::AllreduceUpdater : public Updater {
   Impl& m_;
   RelayUpdater relay_;  // the chief's publishing and checkpoints
   const bool chief_;
-  std::vector<int> members_;
+  std::vector<int> members_;  // the ring's, as the last rendezvous made it
+  bool formed_ = false, ever_formed_ = false;
+  int64_t generation_ = 0;
 };
 
 void Learner::Impl::Fail(const base::Status& status) {

@@ -25,12 +25,28 @@ std::vector<std::string> Endpoints(const std::string& tag, int L) {
   return e;
 }
 
+// Loopback TCP endpoints on free ports: a learner restarted on its endpoint is reconnected
+// to (inproc does not reconnect).
+std::vector<std::string> TcpEndpoints(int L) {
+  std::vector<std::string> e;
+  for (int l = 0; l < L; ++l) {
+    zmq::context_t c(1);
+    zmq::socket_t s(c, zmq::socket_type::pull);
+    s.set(zmq::sockopt::linger, 0);
+    s.bind("tcp://127.0.0.1:*");
+    e.push_back(s.get(zmq::sockopt::last_endpoint));
+  }
+  return e;
+}
+
 std::vector<std::unique_ptr<Ring>> MakeRings(zmq::context_t& ctx, const std::string& tag, int L, int64_t piece,
-                                             std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+                                             std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                                             std::vector<std::string> endpoints = {}) {
   std::vector<std::unique_ptr<Ring>> rings;
+  if (endpoints.empty()) endpoints = Endpoints(tag, L);
   for (int l = 0; l < L; ++l) {
     learner::RingOptions o;
-    o.endpoints = Endpoints(tag, L);
+    o.endpoints = endpoints;
     o.rank = l;
     o.incarnation = 100 + uint64_t(l);
     o.timeout = timeout;
@@ -222,4 +238,118 @@ TEST_CASE("allreduce ring: messages that are not the expected piece are dropped 
     REQUIRE(std::memcmp(o.data.data(), expected.data(), expected.size() * sizeof(float)) == 0);
   }
   CHECK(rings[0]->stats().dropped == 4);
+}
+
+namespace {
+// One learner's state for a rendezvous: N parameters, mean square and momentum, all
+// filled with `fill` (its own), at `version`.
+struct Held {
+  std::vector<float> params, ms, mom;
+  int64_t version = 0, frames = 0;
+  Held(int64_t n, float fill, int64_t v, int64_t f)
+      : params(static_cast<size_t>(n), fill), ms(static_cast<size_t>(n), fill + 1), mom(static_cast<size_t>(n), fill + 2),
+        version(v), frames(f) {}
+};
+
+std::vector<std::pair<base::Status, learner::RingPlan>> Rendezvous(std::vector<std::unique_ptr<Ring>>& rings,
+                                                                   const std::vector<int>& who, std::vector<Held>& held,
+                                                                   bool first) {
+  std::vector<std::pair<base::Status, learner::RingPlan>> out(who.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < who.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Held& h = held[size_t(who[i])];
+      learner::RingMemberState st;
+      st.params = h.params;
+      st.mean_square = h.ms;
+      st.momentum = h.mom;
+      st.version = h.version;
+      st.env_frames = h.frames;
+      out[i].first = rings[size_t(who[i])]->Rendezvous(&st, 0, first, &out[i].second);
+      h.version = st.version;
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+}  // namespace
+
+TEST_CASE("allreduce ring: the rendezvous gives every member the newest state, drops a vanished learner and takes a restarted one back", "[ring]") {
+  zmq::context_t ctx(1);
+  const int64_t N = 2500;  // several pieces of state (64 values each)
+  const auto endpoints = TcpEndpoints(3);
+  auto rings = MakeRings(ctx, "rendezvous", 3, 64, std::chrono::milliseconds(2000), endpoints);
+  // Learner 1 holds the newest state (version 7); 0 and 2 older ones.
+  std::vector<Held> held = {Held(N, 0.f, 5, 100), Held(N, 10.f, 7, 200), Held(N, 20.f, 6, 300)};
+  auto out = Rendezvous(rings, {0, 1, 2}, held, true);
+  for (const auto& [st, plan] : out) {
+    INFO(st.message());
+    REQUIRE(st.ok());
+    CHECK(plan.members == std::vector<int>{0, 1, 2});
+    CHECK(plan.version == 7);
+    CHECK(plan.source == 1);
+    CHECK(plan.env_frames.at(2) == 300);
+  }
+  for (const auto& h : held) {
+    CHECK(h.version == 7);
+    CHECK(h.params == held[1].params);
+    CHECK(h.ms == held[1].ms);
+    CHECK(h.mom == held[1].mom);
+  }
+  // Learner 2 vanishes: a reduction of the three ends at the timeout; the survivors form a
+  // ring of two (the chief waits a second for more) and reduce in it.
+  rings[2].reset();
+  const auto x = RandomInputs(3, 300, 21);
+  std::vector<Outcome> failed(2);
+  {
+    std::vector<std::thread> threads;
+    for (int l = 0; l < 2; ++l) {
+      threads.emplace_back([&, l] {
+        failed[size_t(l)].data = x[size_t(l)];
+        failed[size_t(l)].status = rings[size_t(l)]->AllReduce(8, {0, 1, 2}, failed[size_t(l)].data, RingContribution{},
+                                                                &failed[size_t(l)].all);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (const auto& f : failed) CHECK(f.status.code() == base::Code::kUnavailable);
+  out = Rendezvous(rings, {0, 1}, held, false);
+  for (const auto& [st, plan] : out) {
+    INFO(st.message());
+    REQUIRE(st.ok());
+    CHECK(plan.members == std::vector<int>{0, 1});
+    CHECK(plan.version == 7);
+  }
+  const auto two = Reduce(rings, 8, {0, 1}, x, {1, 1});
+  for (const auto& o : two) REQUIRE(o.status.ok());
+  // Learner 2 restarted (a fresh process: version 0, its own parameters) asks to join while
+  // the others reduce: their reduction gives way to a rendezvous of all three, and the
+  // restarted learner takes the others' state and version.
+  {
+    learner::RingOptions o;
+    o.endpoints = endpoints;
+    o.rank = 2;
+    o.incarnation = 999;
+    o.timeout = std::chrono::milliseconds(2000);
+    o.piece_elements = 64;
+    rings[2] = std::make_unique<Ring>(ctx, o);
+    REQUIRE(rings[2]->Start().ok());
+  }
+  held[2] = Held(N, 99.f, 0, 0);
+  out = Rendezvous(rings, {0, 1, 2}, held, false);
+  for (const auto& [st, plan] : out) {
+    INFO(st.message());
+    REQUIRE(st.ok());
+    CHECK(plan.members == std::vector<int>{0, 1, 2});
+    CHECK(plan.version == 7);
+    CHECK(plan.env_frames.at(2) == 300);  // its count as the ring last carried it
+  }
+  CHECK(held[2].version == 7);
+  CHECK(held[2].params == held[0].params);
+  CHECK(held[2].mom == held[0].mom);
+  const auto three = Reduce(rings, 9, {0, 1, 2}, x, {1, 1, 1});
+  for (const auto& o : three) {
+    INFO(o.status.message());
+    CHECK(o.status.ok());
+  }
 }

@@ -124,6 +124,47 @@ TEST_CASE("fleet: 2 and 3 allreduce learners learn Catch with the same parameter
   if (bytes_per_round.size() == 2) CHECK(bytes_per_round[3] / bytes_per_round[2] == Approx(4.0 / 3.0).epsilon(0.05));
 }
 
+TEST_CASE("fleet: an allreduce learner killed mid-run: the others go on in a smaller ring, it rejoins with their state, and the run ends at its budget", "[fleet][learners]") {
+  for (const int killed : {2, 0}) {  // a learner, then the chief
+    SECTION("learner " + std::to_string(killed)) {
+      const std::string run_dir = FreshRunDir("allreduce_kill_" + std::to_string(killed));
+      // Parameter fingerprints every 5 steps: a rejoined learner whose state differs fails the run.
+      Proc p = Start({"run", "configs/catch_2learners.textproto", "--run-dir", run_dir, "--set",
+                      "learner.update_mode=allreduce", "--set", "learner.num_learners=3", "--set",
+                      "learner.allreduce_timeout_s=2", "--set", "learner.allreduce_check_every=5", "--set",
+                      "learner.checkpoint_interval_s=0.5", "--set", "stop.stop_at_target=false", "--set",
+                      "stop.total_env_frames=1500000"},
+                     run_dir + ".out");
+      const std::string who = "learner " + std::to_string(killed);
+      const int pid = PidOnceTraining(run_dir, who, 30);
+      REQUIRE(pid > 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      REQUIRE(::kill(pid, SIGKILL) == 0);
+      REQUIRE(WaitRestart(run_dir, who) > 0);
+      const int code = Wait(p, std::chrono::seconds(180));
+      const std::string out = Slurp(p.output_path);
+      INFO(out);
+      REQUIRE(code == 0);
+      const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+      CHECK(summary["restarts"].get<int>() == 1);
+      CHECK(summary["env_frames"].get<int64_t>() >= 1500000);
+      CheckNeverBackwards(Metrics(run_dir));
+      // The restarted learner joined a ring of all three at the survivors' version (it
+      // took their state: its own was fresh, or the chief's last checkpoint). Whether the
+      // survivors first went on in a ring of two depends on whether it came back within
+      // learner.allreduce_timeout_s (the ring test covers that case).
+      const std::string restarted = Slurp(run_dir + "/logs/learner-" + std::to_string(killed) + ".log");
+      INFO(restarted);
+      const size_t at = restarted.rfind("learners 0,1,2 at version ");
+      REQUIRE(at != std::string::npos);
+      const int64_t joined_at = std::stoll(restarted.substr(at + std::string("learners 0,1,2 at version ").size()));
+      CHECK(joined_at > 0);
+      CHECK_THAT(restarted, Catch::Contains("(state of learner"));
+      CheckNoneLeft(Spawned(Metrics(run_dir)));
+    }
+  }
+}
+
 TEST_CASE("fleet: Catch learns with PyTorch's RMSprop and with Adam, in relay mode and on the shards (sync)", "[fleet][learners]") {
   // learner.optimizer.kind runs in the learner (relay) and in every PS shard (sync).
   const std::pair<const char*, std::vector<std::string>> kinds[] = {
