@@ -295,10 +295,12 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
     }
   }
   const std::string device = c.learner().device();
-  if (device != "cpu" && !(device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
-                           device.find_first_not_of("0123456789", 5) == std::string::npos)) {
+  if (device != "cpu" && device != "cuda" &&
+      !(device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
+        device.find_first_not_of("0123456789", 5) == std::string::npos)) {
     *error = loaded.Where("learner.device") + ": learner.device: \"" + device +
-             "\" is not known, expected \"cpu\" or \"cuda:N\" (N a GPU index)";
+             "\" is not known, expected \"cpu\", \"cuda:N\" (N a GPU index) or \"cuda\" (learner i on GPU i mod the "
+             "GPUs it sees)";
     return false;
   }
   if (!c.env().plugin().empty() && !c.env().gym_id().empty()) {
