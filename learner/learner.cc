@@ -240,10 +240,8 @@ bool Learner::Start(std::string* error) {
     try {
       m.TrainLoop();
     } catch (const std::exception& e) {
-      base::MutexLock lock(m.mu);
-      m.failure = m.backend->name() != "cpu" ? base::DeviceError(std::string("device error on the trainer thread: ") + e.what())
-                                             : base::Internal(std::string("trainer thread failed: ") + e.what());
-      std::fprintf(stderr, "learner %d: %s\n", m.index, m.failure.message().c_str());
+      m.Fail(m.backend->name() != "cpu" ? base::DeviceError(std::string("device error on the trainer thread: ") + e.what())
+                                        : base::Internal(std::string("trainer thread failed: ") + e.what()));
     }
   });
   return true;

@@ -270,57 +270,29 @@ struct Ring::Impl {
         got = true;
         break;
       }
-      {
-        const auto deadline = Clock::now() + opt.timeout;
-        while (!got) {
+      const auto deadline = Clock::now() + opt.timeout;
+      while (!got) {
+        if (!Next(deadline, &h, &payload, stop)) {
           if (stop && stop->load()) return base::Cancelled("stopped");
-          const auto now = Clock::now();
-          if (now > deadline) {
-            return base::Unavailable("allreduce " + RoundText(round) + ": learner " + std::to_string(prev) +
-                                     " sent nothing for " + std::to_string(opt.timeout.count() / 1000.0) +
-                                     " s (learner.allreduce_timeout_s)");
-          }
-          zmq::pollitem_t item{in->handle(), 0, ZMQ_POLLIN, 0};
-          const auto wait = std::min(kPollSlice, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
-                                                     std::chrono::milliseconds(1));
-          if (wire::Poll(&item, 1, wait) <= 0) continue;
-          std::vector<zmq::message_t> parts;
-          if (!wire::RecvMultipart(*in, &parts, false)) continue;
-          if (parts.size() != 2) {
-            Drop(std::to_string(parts.size()) + " parts, expected 2");
-            continue;
-          }
-          if (!wire::ParseFrame(parts[0], &h)) {
-            Drop("an unreadable header");
-            continue;
-          }
-          stats.bytes_received += int64_t(parts[1].size());
-          if (h.phase() >= kJoin) {
-            // The ring's membership is changing: a learner asks the chief to join, or the
-            // chief re-forms the ring. This reduction is abandoned for the rendezvous.
-            if (std::string why = CheckSender(h, wire::PeerIdentity(parts[0])); !why.empty()) {
-              Drop(why);
-              continue;
-            }
-            if (std::string why = Control(h); !why.empty()) return base::Unavailable(why);
-            continue;
-          }
-          if (std::string why = Check(h, parts[1], wire::PeerIdentity(parts[0])); !why.empty()) {
-            Drop(why);
-            continue;
-          }
-          if (h.round() > round || h.phase() != phase || h.step() != step || h.offset() != at) {
-            // Not this piece: kept for later (this round's, or the next round's).
-            if (early.size() < kMaxEarly) {
-              early.push_back(Early{std::move(h), std::move(parts[1])});
-            } else {
-              Drop("too many messages ahead of the one expected");
-            }
-            continue;
-          }
-          payload = std::move(parts[1]);
-          got = true;
+          return base::Unavailable("allreduce " + RoundText(round) + ": learner " + std::to_string(prev) +
+                                   " sent nothing for " + std::to_string(opt.timeout.count() / 1000.0) +
+                                   " s (learner.allreduce_timeout_s)");
         }
+        if (h.phase() >= kJoin) {
+          // The ring's membership is changing: a learner asks the chief to join, or the
+          // chief re-forms the ring. This reduction is abandoned for the rendezvous.
+          if (std::string why = Control(h); !why.empty()) return base::Unavailable(why);
+          continue;
+        }
+        if (std::string why = Check(h, payload, ""); !why.empty()) {  // Next checked the key
+          Drop(why);
+          continue;
+        }
+        if (h.round() > round || h.phase() != phase || h.step() != step || h.offset() != at) {
+          KeepEarly(std::move(h), std::move(payload));  // not this piece: this round's or the next's
+          continue;
+        }
+        got = true;
       }
       const int64_t n = int64_t(payload.size() / sizeof(float));
       if (n > end - at) return base::Internal("allreduce: learner " + std::to_string(prev) + " sent a piece past its chunk");

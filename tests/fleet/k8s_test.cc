@@ -19,12 +19,15 @@ using namespace stampede::fleet;
 namespace {
 const char* kGolden = STAMPEDE_SOURCE_DIR "/tests/golden/k8s";
 
-// The manifests for the golden case: Catch, namespace rl, 3 actors, a GPU per learner.
-std::string Generate(const std::string& name) {
+// The manifests for `config` in namespace rl with a GPU per learner (the golden case:
+// Catch with 3 actors).
+std::string Generate(const std::string& name, const std::string& config = "configs/catch.textproto",
+                     const std::vector<std::string>& extra = {"--actors", "3"}) {
   const std::string out = FreshRunDir(name);
-  Proc p = Start({"launch", "k8s", "configs/catch.textproto", "--out", out, "--namespace", "rl", "--image",
-                  "registry.example/stampede:1", "--actors", "3", "--learner-gpus", "1"},
-                 out + ".log");
+  std::vector<std::string> args = {"launch", "k8s", config, "--out", out, "--namespace", "rl", "--image",
+                                   "registry.example/stampede:1", "--learner-gpus", "1"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  Proc p = Start(args, out + ".log");
   const int code = Wait(p, std::chrono::seconds(60));
   INFO(Slurp(p.output_path));
   REQUIRE(code == 0);
@@ -61,13 +64,8 @@ TEST_CASE("k8s: launch k8s writes the golden manifests, and a Secret with every 
 }
 
 TEST_CASE("k8s: allreduce learners get ring endpoints on their pods, and a GPU each", "[k8s]") {
-  const std::string out = FreshRunDir("k8s_allreduce");
-  Proc p = Start({"launch", "k8s", "configs/catch_2learners.textproto", "--out", out, "--namespace", "rl", "--image",
-                  "registry.example/stampede:1", "--learner-gpus", "1", "--set", "learner.update_mode=allreduce"},
-                 out + ".log");
-  const int code = Wait(p, std::chrono::seconds(60));
-  INFO(Slurp(p.output_path));
-  REQUIRE(code == 0);
+  const std::string out =
+      Generate("k8s_allreduce", "configs/catch_2learners.textproto", {"--set", "learner.update_mode=allreduce"});
   const std::string config = Slurp(out + "/01-config.yaml");
   INFO(config);
   for (int l = 0; l < 2; ++l) {
