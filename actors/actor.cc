@@ -357,11 +357,19 @@ base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<boo
         last_report = Clock::now();
       }
     }
+    if (!sent) {
+      // Stopping (the run's end, or `stampede scale` taking this actor out): the unroll it
+      // has made still goes to the learner, for up to 2 s. Its frames are counted, so they
+      // must arrive.
+      const auto give_up = Clock::now() + std::chrono::seconds(2);
+      while (!(sent = wire::SendTrajectory(out, batch)) && Clock::now() < give_up) {
+      }
+      break;
+    }
     send_span.reset();
     const double waited = std::chrono::duration<double>(Clock::now() - send_start).count();
     send_wait += waited;
     total_wait += waited;
-    if (!sent) break;
     if (fetcher) {
       ps::ParamsFetcher& f = *fetcher;
       wire::TraceSpan fetch_span("fetch_params", "actor");
@@ -400,6 +408,9 @@ base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<boo
       last_report = Clock::now();
     }
   }
+  // What the socket still holds (the last unroll or two: its queue is short) leaves before
+  // it closes, within 2 s.
+  out.set(zmq::sockopt::linger, 2000);
   report("stopped");
   return base::OkStatus();
 }

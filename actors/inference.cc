@@ -17,6 +17,7 @@
 #include "wire/auth.h"
 #include "wire/config.h"
 #include "wire/messages.pb.h"
+#include "wire/tasks.h"
 #include "wire/unrolls.h"
 #include "wire/zmq_util.h"
 
@@ -254,7 +255,7 @@ struct InferenceServer::Impl {
   std::string Check(const wire::InferRequest& req, const std::vector<zmq::message_t>& parts) const {
     if (std::string e = wire::CheckProtocol(req.sender()); !e.empty()) return e;
     const int actor = req.sender().task_index();
-    if (req.sender().role() != wire::ROLE_ACTOR || actor < 0 || actor >= cfg.actors().num_actors()) {
+    if (req.sender().role() != wire::ROLE_ACTOR || actor < 0 || actor >= wire::kMaxActors) {
       return "sender is not an actor of this run";
     }
     if (LearnerOfActor(cfg, actor) != learner) {

@@ -38,7 +38,7 @@ std::vector<ActorFinding> ActorWatch::Check(Clock::time_point now) {
   std::vector<ActorFinding> out;
   char buf[400];
   for (auto& [index, a] : actors_) {
-    if (a.version < 0) continue;  // still waiting for its first parameters
+    if (a.version < 0 || a.retired) continue;  // still waiting for its first parameters, or gone
     if (a.fetcher_resets > 0 && !a.warned_reset) {
       a.warned_reset = true;
       std::snprintf(buf, sizeof buf,
@@ -61,7 +61,7 @@ std::vector<ActorFinding> ActorWatch::Check(Clock::time_point now) {
     if (a.lag < 0) continue;
     std::vector<int64_t> others;
     for (const auto& [j, b] : actors_) {
-      if (j != index && b.lag >= 0) others.push_back(b.lag);
+      if (j != index && b.lag >= 0 && !b.retired) others.push_back(b.lag);
     }
     if (others.empty()) continue;
     std::nth_element(others.begin(), others.begin() + long(others.size() / 2), others.end());
@@ -92,7 +92,7 @@ int ActorWatch::worst_actor() const {
   int worst = -1;
   int64_t lag = -1;
   for (const auto& [index, a] : actors_) {
-    if (RowLag(a) > lag) {
+    if (!a.retired && RowLag(a) > lag) {
       lag = RowLag(a);
       worst = index;
     }

@@ -19,6 +19,8 @@ struct ActorView {
   int64_t heard = -1;         // the newest version the PS has answered it with
   int64_t fetcher_resets = 0;
   int64_t mixed_assemblies = 0;
+  int64_t frames = 0;    // env frames it made, as its newest status says
+  bool retired = false;  // taken out of the fleet (`stampede scale`): kept for its figures, never warned about
   // From the learners: its newest trajectory's version and lag on arrival, the mean and
   // largest lag since the last row, and the largest over the run.
   int64_t trajectory_version = -1;
@@ -53,6 +55,11 @@ class ActorWatch {
   void OnLearnerActorLag(int actor, int64_t trajectory_version, int64_t lag, double lag_mean, int64_t lag_max,
                          int64_t trajectories);
   void OnLearnerVersion(int64_t version) { learner_version_ = std::max(learner_version_, version); }
+  void OnActorFrames(int actor, int64_t frames) { actors_[actor].frames = frames; }
+  // An actor taken out of the fleet (true) or added back (false): a retired actor's
+  // figures stay (its last trajectories still arrive), but it is no longer checked or
+  // counted among the others.
+  void SetRetired(int actor, bool retired) { actors_[actor].retired = retired; }
 
   // What went wrong since the last call, each actor and kind said once until it recovers.
   // Far behind: an actor's lag exceeds 4 x the median of the other actors' lags + 10.

@@ -89,6 +89,7 @@ Core::Core(config::Config cfg, CoreOptions opt, Launcher* launcher, Sinks* sinks
       last_row_(now),
       steps_moved_(now) {
   actor_counts_.prev_time = now;
+  actors_target_ = cfg_.actors().num_actors();
 }
 
 double Core::Elapsed(Clock::time_point t) const { return std::chrono::duration<double>(t - start_).count(); }
@@ -134,6 +135,98 @@ void Core::Start(Clock::time_point now) {
   }
   Event("start", {{"config", opt_.config_path}}, now);
   if (!opt_.resumed_from.empty()) Event("resume", {{"checkpoint", opt_.resumed_from}}, now);
+}
+
+namespace {
+// "2, 3" (or "none").
+std::string IndexList(const std::vector<int>& v) {
+  std::string out;
+  for (int i : v) out += (out.empty() ? "" : ", ") + std::to_string(i);
+  return out.empty() ? "none" : out;
+}
+}  // namespace
+
+ScaleAnswer Core::Scale(int n, Clock::time_point now) {
+  const int before = actors_target_;
+  if (stop_.stopping || finished_) return {false, "the run is stopping (" + stop_.reason + ")"};
+  const int floor = std::max({1, cfg_.learner().num_learners(), cfg_.tasks_size()});
+  if (n < floor || n > wire::kMaxActors) {
+    return {false, Printf("--actors %d is out of range: this run takes %d to %d actors (every learner and every "
+                          "task needs one)",
+                          n, floor, wire::kMaxActors)};
+  }
+  if (!retiring_.empty()) {
+    std::vector<int> still;
+    for (const auto& [i, deadline] : retiring_) still.push_back(i);
+    return {false, "actors " + IndexList(still) + " are still stopping from the last scale-down; ask again once they "
+                   "have exited"};
+  }
+  if (n == before) return {true, Printf("the fleet already has %d actors", n)};
+  std::vector<int> changed;
+  if (n > before) {
+    if (!opt_.standalone) {
+      for (int i = before; i < n; ++i) {
+        if (const std::string why = launcher_->NoRoom(wire::ROLE_ACTOR, i); !why.empty()) {
+          return {false, Printf("cannot grow to %d actors: %s", n, why.c_str())};
+        }
+      }
+    }
+    for (int i = before; i < n; ++i) {
+      actors_.SetRetired(i, false);
+      if (!opt_.standalone) StartProcess(wire::ROLE_ACTOR, i, 0, now);
+      changed.push_back(i);
+    }
+  } else {
+    const auto grace = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(cfg_.coordinator().shutdown_grace_s()));
+    for (int i = n; i < before; ++i) {
+      actors_.SetRetired(i, true);
+      changed.push_back(i);
+      Process* p = procs_.Find(wire::ROLE_ACTOR, i);
+      if (p == nullptr || (!p->local && p->stopped)) continue;
+      retiring_[i] = now + grace;
+      if (p->local) launcher_->Terminate(p->id);
+    }
+    PublishRetireStops();
+  }
+  actors_target_ = n;
+  Event("scale", {{"actors_before", before}, {"actors", n}, {n > before ? "started" : "stopping", changed}}, now);
+  std::string message = Printf("actors %d -> %d: ", before, n);
+  if (n < before) {
+    message += "stopping actors " + IndexList(changed) + " (each sends the unroll it holds, then exits)";
+  } else if (!opt_.standalone) {
+    message += "started actors " + IndexList(changed);
+  } else {
+    message += "start actors " + IndexList(changed) + " where the run's processes run: `stampede actor --config " +
+               opt_.config_path + " --task-index I`" + (cfg_.cluster().curve() ? " (their keys are made)" : "");
+  }
+  Say("stampede: scale: " + message + "\n");
+  return {true, message};
+}
+
+void Core::Retired(int actor, const std::string& how, Clock::time_point now) {
+  retiring_.erase(actor);
+  Event("actor_retired", {{"actor", actor}, {"how", how}}, now);
+  PublishRetireStops();
+}
+
+// Actors started elsewhere leave over the control socket: a stop for each one retiring,
+// with every heartbeat until it says it stopped.
+void Core::PublishRetireStops() {
+  if (stop_.stopping) return;  // the stop's own stages are on the heartbeat now
+  std::vector<wire::Control> stops;
+  for (const auto& [i, deadline] : retiring_) {
+    const Process* p = procs_.Find(wire::ROLE_ACTOR, i);
+    if (p == nullptr || p->local) continue;
+    wire::Control c;
+    *c.mutable_sender() = wire::MakeSender(wire::ROLE_COORDINATOR, 0, 0);
+    c.set_stop(true);
+    c.set_stop_role(wire::ROLE_ACTOR);
+    c.set_stop_index(i);
+    c.set_reason("the fleet was scaled down (stampede scale)");
+    stops.push_back(std::move(c));
+  }
+  sinks_->StopMessages(std::move(stops));
 }
 
 // The order of a stop: actors and the learners other than the chief first, then the
@@ -292,7 +385,8 @@ void Core::OnStatus(const std::string& bytes, const std::string& peer, Clock::ti
   if (finished_) return;
   if (role == wire::ROLE_ACTOR) {
     actor_counts_.per_process[s.pid()] = {s.actor_frames(), s.actor_send_wait_s()};
-    if (index >= 0 && index < cfg_.actors().num_actors()) {
+    if (index >= 0 && index < wire::kMaxActors) {
+      actors_.OnActorFrames(index, s.actor_frames());
       actors_.OnActorStatus(index, s.actor_policy_version(), s.actor_newest_heard_version(), s.actor_fetcher_resets(),
                             s.actor_mixed_assemblies(), now);
     }
@@ -360,6 +454,7 @@ void Core::OnRemoteStatus(const wire::Status& s, const std::string& who, Clock::
   const bool stopped = s.activity().rfind("stopped", 0) == 0;
   if (stopped && !p->stopped) Event("process_exit", {{"process", who}, {"pid", s.pid()}, {"how", "stopped"}}, now);
   p->stopped = stopped;
+  if (stopped && role == wire::ROLE_ACTOR && retiring_.count(index)) Retired(index, "stopped", now);
   if (stop_.stopping) {
     StopNextStage();
     if (procs_.AllGone()) Finish(now);
@@ -392,7 +487,7 @@ void Core::ApplyLearnerStatus(const wire::Status& one, Clock::time_point now) {
   }
   figures_.learners[one.sender().task_index()] = one;
   for (const auto& a : one.actor_lags()) {
-    if (a.actor() < 0 || a.actor() >= cfg_.actors().num_actors()) continue;
+    if (a.actor() < 0 || a.actor() >= wire::kMaxActors) continue;
     actors_.OnLearnerActorLag(a.actor(), a.policy_version(), a.lag(), a.lag_mean(), a.lag_max(), a.trajectories());
   }
   const wire::Status s = MergeLearners(cfg_, figures_.learners);
@@ -401,6 +496,10 @@ void Core::ApplyLearnerStatus(const wire::Status& one, Clock::time_point now) {
     // A step with a non-finite loss or gradient was not applied (learner/learner.cc).
     Event("skipped_steps",
           {{"skipped_steps", s.skipped_steps()}, {"new", s.skipped_steps() - figures_.merged.skipped_steps()}}, now);
+  }
+  if (s.allreduce_resets() > figures_.merged.allreduce_resets()) {
+    // The learners' ring was formed again (learner/ring.h Rendezvous): one gone or back.
+    Event("allreduce_reset", {{"allreduce_resets", s.allreduce_resets()}}, now);
   }
   figures_.merged = s;
   figures_.have_status = true;
@@ -457,6 +556,18 @@ void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Cloc
   const std::string how = how_ended.Describe();
   const std::string who = c.Name();
   const std::string log = launcher_->LogPath(c.role, c.index);
+  if (c.role == wire::ROLE_ACTOR && retiring_.count(c.index)) {
+    // Taken out by `stampede scale`: not restarted, whatever the stop's stage.
+    if (!how_ended.ok()) {
+      sinks_->Warn("stampede: " + who + " " + how + " while leaving the fleet (log: " + log + ")\n");
+    }
+    Retired(c.index, how, now);
+    if (stop_.stopping) {
+      StopNextStage();
+      if (procs_.AllGone()) Finish(now);
+    }
+    return;
+  }
   if (stop_.stopping) {
     if (how_ended.ok() && c.role == wire::ROLE_LEARNER && c.index == 0 && !cfg_.run_dir().empty()) {
       stop_.final_checkpoint = true;
@@ -591,6 +702,28 @@ void Core::OnTick(Clock::time_point now) {
     StopNextStage();
     if (procs_.AllGone()) Finish(now);
     return;
+  }
+  // Actors scaled down that are still there past the grace: killed (a local one), or no
+  // longer waited for (one started elsewhere).
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    const int i = it->first;
+    Process* p = procs_.Find(wire::ROLE_ACTOR, i);
+    if (now <= it->second || p == nullptr) {
+      ++it;
+      continue;
+    }
+    sinks_->Warn(Printf("stampede: actor %d did not leave within %.0f s of being scaled down (last: %s); %s\n", i,
+                        grace, p->activity.c_str(), p->local ? "killing it" : "not waiting for it"));
+    if (p->local) {
+      launcher_->Kill(p->id);  // its exit ends the retirement
+      it->second = Clock::time_point::max();
+      ++it;
+    } else {
+      p->stopped = true;
+      it = retiring_.erase(it);
+      Event("actor_retired", {{"actor", i}, {"how", "silent"}}, now);
+      PublishRetireStops();
+    }
   }
   // Restarts whose backoff has passed.
   for (size_t i = 0; i < respawns_.size();) {

@@ -66,6 +66,12 @@ class ProcessTable {
   std::map<std::pair<int, int>, Process> procs_;
 };
 
+// The answer to `stampede scale` (Core::Scale).
+struct ScaleAnswer {
+  bool ok = false;
+  std::string message;
+};
+
 struct CoreOptions {
   bool quiet = false;       // no progress lines
   bool standalone = false;  // start nothing: the processes are started elsewhere
@@ -123,6 +129,16 @@ class Core {
   void OnTick(Clock::time_point now);
   // Begins the ordered stop (once; later calls change nothing).
   void RequestStop(const std::string& reason, int exit_code, Clock::time_point now);
+  // `stampede scale RUN_DIR --actors N`: the fleet's actor count becomes N. Up: actors
+  // actors_target() .. N-1 start (here or as Slurm job steps; under `stampede coordinator`
+  // the scheduler starts them: the shell has made their keys). Down: the highest indices
+  // stop in order (SIGTERM; a control stop for those started elsewhere), each sending the
+  // unroll it holds first, and none is restarted (killed only past
+  // coordinator.shutdown_grace_s). Refused while the run stops, while an earlier scale-down
+  // is still stopping actors, outside [max(learners, tasks), wire::kMaxActors], or where
+  // the launcher has no room.
+  ScaleAnswer Scale(int actors, Clock::time_point now);
+  int actors_target() const { return actors_target_; }
   // Status refusals by the coordinator's own socket (CURVE's handler), for the rows.
   void SetRejectedConnections(int64_t n) { rejected_connections_ = n; }
 
@@ -169,6 +185,10 @@ class Core {
   void OnEvaluation(const wire::EvaluationReport& r, Clock::time_point now);
   bool EvaluationPending() const { return eval_reported_ < eval_round_; }
   void Say(const std::string& text);
+  // A retiring actor is gone (exited, or said it stopped): the event, and the control
+  // stops of those still retiring.
+  void Retired(int actor, const std::string& how, Clock::time_point now);
+  void PublishRetireStops();
   double UnixAt(Clock::time_point t) const;
   double Elapsed(Clock::time_point t) const;
 
@@ -186,6 +206,10 @@ class Core {
   int role_restarts_ = 0, actor_restarts_ = 0;
   std::vector<PendingRespawn> respawns_;
   StopState stop_;
+  // `stampede scale`: the actor count asked for, and the actors being taken out (index ->
+  // when one still running is killed).
+  int actors_target_ = 0;
+  std::map<int, Clock::time_point> retiring_;
 
   LearnerFigures figures_;
   ActorCounts actor_counts_;

@@ -41,6 +41,9 @@ class Launcher {
   // Where its output goes, and the end of that output (why it died), at most `max_bytes`.
   virtual std::string LogPath(wire::Role role, int index) const = 0;
   virtual std::string LogTail(wire::Role role, int index, size_t max_bytes) const = 0;
+  // Why `role` `index` has no place to run ("" if it has one): a Slurm allocation's nodes
+  // hold only so many actors (`stampede scale` asks before it adds any).
+  virtual std::string NoRoom(wire::Role, int) const { return {}; }
 };
 
 }  // namespace stampede::coordinator

@@ -77,6 +77,7 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
   const bool sharded = ShardsOwnOptimizer(cfg);
   wire::Status m = learners.begin()->second;  // the chief's (lowest index) identity
   int64_t frames = 0, start = 0, episodes = 0, steps = 0, depth = 0, dropped = 0, skipped = 0, version = 0, lag_max = 0;
+  int64_t resets = 0;
   double wait = 0, pg = 0, baseline = 0, entropy = 0, norm = 0, lag = 0, train = 0;
   double ev = 0, kl = 0, rho_clipped = 0, update = 0;
   WeightedMean all;
@@ -94,6 +95,7 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
     dropped += s.dropped_trajectories();
     skipped += s.skipped_steps();
     version = std::max(version, s.policy_version());
+    resets = std::max(resets, s.allreduce_resets());  // every member's ring has the same generation
     lag_max = std::max(lag_max, s.policy_lag_max());
     wait += s.receive_wait_s();
     pg += s.pg_loss();
@@ -131,6 +133,7 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
   m.set_queue_depth(int(depth));
   m.set_dropped_trajectories(dropped);
   m.set_skipped_steps(skipped);
+  m.set_allreduce_resets(resets);
   m.set_policy_lag_max(lag_max);
   m.set_receive_wait_s(wait);
   m.set_pg_loss(pg / n);

@@ -17,6 +17,10 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
 #include "learner/resume.h"
@@ -102,7 +106,53 @@ struct SupervisorState {
   std::unique_ptr<coordinator::FileSinks> sinks;
   std::unique_ptr<coordinator::Core> core;
   const wire::ZapHandler* zap = nullptr;
+  std::string run_dir;
+  std::string keys_dir;  // where actors added by `stampede scale` get their keys ("": no CURVE)
 };
+
+constexpr const char* kScaleRequest = "scale.request";
+constexpr const char* kScaleAnswer = "scale.answer";
+
+// `stampede scale`'s request, if one is waiting: the keys of any actor the new count adds
+// (before it starts, so every server's ZAP handler finds them), then the core's decision,
+// written back for the command to print.
+void ServeScaleRequest(SupervisorState& st) {
+  const std::string path = st.run_dir + "/" + kScaleRequest;
+  std::error_code ec;
+  if (st.run_dir.empty() || !fs::exists(path, ec)) return;
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  fs::remove(path, ec);
+  nlohmann::json request = nlohmann::json::parse(text.str(), nullptr, false);
+  coordinator::ScaleAnswer answer;
+  std::string id;
+  if (request.is_discarded() || !request.is_object() || !request.contains("actors") ||
+      !request["actors"].is_number_integer()) {
+    answer.message = path + ": not a scale request (expected {\"actors\": N, \"id\": \"...\"})";
+  } else {
+    if (request.contains("id") && request["id"].is_string()) id = request["id"].get<std::string>();
+    const int64_t n = request["actors"].get<int64_t>();
+    std::vector<std::string> missing;
+    for (int64_t i = 0; !st.keys_dir.empty() && i < std::min<int64_t>(n, wire::kMaxActors); ++i) {
+      const std::string identity = wire::Identity("actor", int(i));
+      if (!fs::exists(st.keys_dir + "/" + identity + ".key", ec)) missing.push_back(identity);
+    }
+    std::string error;
+    if (n > st.core->actors_target() && !missing.empty() && !wire::GenerateKeys(st.keys_dir, missing, &error)) {
+      answer.message = "cannot make the new actors' keys: " + error;
+    } else {
+      answer = st.core->Scale(int(std::clamp<int64_t>(n, -1, wire::kMaxActors + 1)), coordinator::Clock::now());
+    }
+  }
+  if (!answer.ok) std::fprintf(stderr, "stampede: scale refused: %s\n", answer.message.c_str());
+  const nlohmann::json out = {{"id", id}, {"ok", answer.ok}, {"message", answer.message},
+                              {"actors", st.core->actors_target()}};
+  std::string error;
+  if (!wire::WriteFileAtomically(st.run_dir + "/" + kScaleAnswer, out.dump() + "\n", &error)) {
+    std::fprintf(stderr, "stampede: cannot answer the scale request: %s\n", error.c_str());
+  }
+}
 using Supervisor = caf::stateful_actor<SupervisorState>;
 
 // After every event: once the core has finished, this actor quits, and the status server,
@@ -126,6 +176,7 @@ caf::behavior Running(Supervisor* self) {
       [=](coordinator::tick_atom) {
         auto& st = self->state;
         if (st.zap) st.core->SetRejectedConnections(st.zap->rejected());
+        ServeScaleRequest(st);
         st.core->OnTick(Clock::now());
         AfterEvent(self);
         if (!st.core->finished()) self->delayed_send(self, coordinator::Core::kTick, coordinator::tick_atom::value);
@@ -238,6 +289,39 @@ bool PrepareResume(config::Config* cfg, std::string* from) {
 }
 }  // namespace
 
+int RunScaleCommand(const std::string& run_dir, int actors, double timeout_s) {
+  std::error_code ec;
+  if (!fs::exists(run_dir + "/config.textproto", ec)) {
+    std::fprintf(stderr, "stampede scale: %s is not a run directory (no config.textproto)\n", run_dir.c_str());
+    return 2;
+  }
+  const std::string id = std::to_string(::getpid()) + "-" + std::to_string(UnixTime());
+  const nlohmann::json request = {{"actors", actors}, {"id", id}};
+  std::string error;
+  if (!wire::WriteFileAtomically(run_dir + "/" + kScaleRequest, request.dump() + "\n", &error)) {
+    std::fprintf(stderr, "stampede scale: %s\n", error.c_str());
+    return 2;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::ifstream in(run_dir + "/" + kScaleAnswer);
+    if (!in) continue;
+    std::stringstream text;
+    text << in.rdbuf();
+    const nlohmann::json answer = nlohmann::json::parse(text.str(), nullptr, false);
+    if (answer.is_discarded() || !answer.is_object() || answer.value("id", std::string()) != id) continue;
+    const bool ok = answer.value("ok", false);
+    std::fprintf(ok ? stdout : stderr, "stampede scale: %s%s\n", ok ? "" : "refused: ",
+                 answer.value("message", std::string()).c_str());
+    return ok ? 0 : 1;
+  }
+  fs::remove(run_dir + "/" + kScaleRequest, ec);
+  std::fprintf(stderr, "stampede scale: no coordinator answered within %.0f s: is the run in %s going?\n", timeout_s,
+               run_dir.c_str());
+  return 1;
+}
+
 int RunCheckpointsCommand(const config::Config& cfg) {
   learner::ResumePoint point;
   std::vector<std::string> warnings;
@@ -349,6 +433,12 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     }
   }
   result.run_dir = cfg.run_dir();
+  {
+    // A scale request or answer left by an earlier run of this directory is not this run's.
+    std::error_code ec;
+    fs::remove(cfg.run_dir() + "/" + kScaleRequest, ec);
+    fs::remove(cfg.run_dir() + "/" + kScaleAnswer, ec);
+  }
   std::shared_ptr<const wire::Curve> curve;
   {
     // CURVE keys: made here for this run (RUN_DIR/keys), or taken from cluster.keys_dir
@@ -404,6 +494,8 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       st.core = std::make_unique<coordinator::Core>(cfg, core_opt, st.launcher.get(), st.sinks.get(), &result,
                                               coordinator::Clock::now(), UnixTime());
       st.zap = zap.get();
+      st.run_dir = cfg.run_dir();
+      if (curve) st.keys_dir = wire::KeysDir(cfg);
       return Supervising(self, &result);
     });
     coordinator::StatusServerOptions server;

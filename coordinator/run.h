@@ -38,6 +38,11 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt);
 // `stampede checkpoints RUN_DIR`: prints the run's newest complete checkpoint; 0 if it is
 // also the newest one there is, 1 if none is complete or a newer one is not.
 int RunCheckpointsCommand(const config::Config& cfg);
+// `stampede scale RUN_DIR --actors N`: asks the run's coordinator (through
+// RUN_DIR/scale.request, which it reads every 100 ms) for N actors and prints its answer
+// (RUN_DIR/scale.answer). 0: done; 1: refused, or no coordinator answered within
+// `timeout_s`; 2: RUN_DIR is not a run directory.
+int RunScaleCommand(const std::string& run_dir, int actors, double timeout_s);
 // This executable's path (children and the spec resolver run it).
 std::string SelfExePath();
 

@@ -54,6 +54,20 @@ int SlurmLayout::Node(wire::Role role, int index, int actors_per_node) const {
   return nodes > 1 ? 1 + (index / k) % (nodes - 1) : 0;
 }
 
+int SlurmLayout::ActorCapacity(int actors_per_node) const {
+  const int actor_nodes = heterogeneous ? nodes : std::max(1, nodes - 1);
+  return std::max(1, actors_per_node) * std::max(1, actor_nodes);
+}
+
+std::string SlurmLauncher::NoRoom(wire::Role role, int index) const {
+  const int capacity = layout_.ActorCapacity(actors_per_node_);
+  if (role != wire::ROLE_ACTOR || index < capacity) return {};
+  return "the Slurm allocation has room for " + std::to_string(capacity) + " actors (" +
+         std::to_string(capacity / actors_per_node_) + " actor node(s) x cluster.actors_per_node " +
+         std::to_string(actors_per_node_) + "); actor " + std::to_string(index) +
+         " would need more (submit the job with more --actor-nodes or --actors-per-node)";
+}
+
 std::vector<std::string> SlurmLauncher::Command(wire::Role role, int index, int restarts) const {
   std::vector<std::string> argv = {srun_};
   if (const int group = layout_.HetGroup(role); group >= 0) argv.push_back("--het-group=" + std::to_string(group));

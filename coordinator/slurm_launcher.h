@@ -41,6 +41,8 @@ struct SlurmLayout {
   // The role's het group (-1: the job is not heterogeneous) and node, relative to it.
   int HetGroup(wire::Role role) const;
   int Node(wire::Role role, int index, int actors_per_node) const;
+  // Actors the allocation holds: its actor nodes x actors_per_node (the tasks it asked for).
+  int ActorCapacity(int actors_per_node) const;
 };
 
 class SlurmLauncher final : public LocalLauncher {
@@ -52,6 +54,8 @@ class SlurmLauncher final : public LocalLauncher {
   void Terminate(ProcessId id) override;
   // The task runs on another node: its pid comes with its first status.
   int Pid(ProcessId) const override { return 0; }
+  // An actor index past the allocation's tasks (`stampede scale` beyond the job).
+  std::string NoRoom(wire::Role role, int index) const override;
 
   // The srun command line for a role (exposed for tests).
   std::vector<std::string> Command(wire::Role role, int index, int restarts) const;

@@ -40,7 +40,8 @@ namespace {
 
 // Per actor ("0", "1", ...): its policy version, the newest version its fetcher heard of,
 // its trajectories' lag on arrival (newest, mean and largest since the last row; in the
-// summary the largest over the run), fetcher resets and mixed assemblies.
+// summary the largest over the run), fetcher resets, mixed assemblies, the frames it made
+// and, for one `stampede scale` took out, "retired".
 nlohmann::json ActorsJson(const ActorWatch& watch, bool summary) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [index, a] : watch.actors()) {
@@ -49,7 +50,9 @@ nlohmann::json ActorsJson(const ActorWatch& watch, bool summary) {
                           {"lag", a.lag},
                           {"fetcher_resets", a.fetcher_resets},
                           {"mixed_assemblies", a.mixed_assemblies},
-                          {"trajectories", a.trajectories}};
+                          {"trajectories", a.trajectories},
+                          {"frames", a.frames}};
+    if (a.retired) one["retired"] = true;
     if (summary) {
       one["lag_max"] = a.lag_max_run;
     } else {
@@ -134,6 +137,7 @@ nlohmann::json LearnersJson(const std::map<int, wire::Status>& learners) {
       one["allreduce_bytes_sent"] = s.allreduce_bytes_sent();
       one["allreduce_seconds"] = s.allreduce_seconds();
       one["allreduce_dropped"] = s.allreduce_dropped();
+      one["allreduce_resets"] = s.allreduce_resets();
     }
   }
   return j;
@@ -284,6 +288,10 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
                   s.queue_depth(), (long long)s.dropped_trajectories(), actors_alive, s.entropy(),
                   s.explained_variance(), s.approx_kl(), s.update_to_param_ratio());
     out.line = buf;
+    if (cfg.learner().update_mode() == "allreduce") {
+      // The ring's resets (a learner gone or back) belong on the line: the batch per step changed.
+      out.line.insert(out.line.size() - 1, " | ring resets " + std::to_string(s.allreduce_resets()));
+    }
     const int every = cfg.suite().task_lines_every();
     if (suite && every > 0 && c.rows_ % every == 0) {
       std::string line = "          tasks:";
@@ -327,6 +335,7 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
                         {"actor_frames", actor_frames},
                         {"actor_send_wait_s", actor_wait},
                         {"actor_restarts", c.actor_restarts_}};
+  if (cfg.learner().update_mode() == "allreduce") row["allreduce_resets"] = s.allreduce_resets();
   if (!Refused(c).empty()) row["refused"] = Refused(c);
   if (c.forged_statuses_ > 0) row["forged_statuses"] = c.forged_statuses_;
   if (c.implausible_statuses_ > 0) row["implausible_statuses"] = c.implausible_statuses_;
@@ -418,6 +427,7 @@ nlohmann::json Views::Summary(const Core& c, double fps) {
     summary["ps"] = PsJson(c.figures_.ps);
   }
   summary["restarts"] = c.role_restarts_;
+  if (cfg.learner().update_mode() == "allreduce") summary["allreduce_resets"] = s.allreduce_resets();
   if (!c.last_eval_.is_null()) summary["evaluation"] = c.last_eval_;
   if (cfg.tasks_size() > 0) {
     summary.erase("mean_return_100");  // over a mix of scales: meaningless in a suite

@@ -175,6 +175,7 @@ struct Learner::Impl {
   double receive_wait_s GUARDED_BY(mu) = 0;
   int64_t skipped_steps GUARDED_BY(mu) = 0;  // non-finite loss or gradient: not applied
   RingStats ring_stats GUARDED_BY(mu);       // allreduce: a copy of the ring's, after each reduction
+  int64_t ring_generation GUARDED_BY(mu) = 0;  // allreduce: the ring's, as the newest rendezvous made it
   // Replay figures: ages of sampled unrolls since the last status; cumulative counts.
   double replay_age_sum GUARDED_BY(mu) = 0;
   int64_t replay_age_count GUARDED_BY(mu) = 0;

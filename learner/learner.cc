@@ -427,6 +427,7 @@ void Learner::FillStatus(wire::Status* s) {
   s->set_allreduce_bytes_sent(m.ring_stats.bytes_sent);
   s->set_allreduce_seconds(m.ring_stats.seconds);
   s->set_allreduce_dropped(m.ring_stats.dropped);
+  s->set_allreduce_resets(std::max<int64_t>(0, m.ring_generation - 1));
   s->set_learning_rate(m.last_lr);
   s->set_train_seconds(m.train_seconds);
   s->set_receive_wait_s(m.receive_wait_s);

@@ -52,7 +52,7 @@ wire::DropReason Learner::Impl::CheckLag(const wire::TrajectoryBatch& b, std::st
   const int64_t version = b.meta.policy_version();
   const int64_t lag = std::max<int64_t>(0, learner_version - version);
   const int actor = b.meta.sender().task_index();
-  if (actor >= 0 && actor < cfg.actors().num_actors()) {
+  if (actor >= 0 && actor < wire::kMaxActors) {  // actors.num_actors, or more after `stampede scale`
     base::MutexLock lock(mu);
     ActorArrivals& a = actor_arrivals[actor];
     a.version = version;

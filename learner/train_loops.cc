@@ -170,6 +170,10 @@ class Learner::Impl::AllreduceUpdater : public Updater {
     m_.version() = st.version;
     members_ = plan.members;
     generation_ = plan.generation;
+    {
+      base::MutexLock lock(m_.mu);
+      m_.ring_generation = plan.generation;
+    }
     if (const auto f = plan.env_frames.find(m_.index); f != plan.env_frames.end() && f->second > m_.frames()) {
       m_.self->frames_ = f->second;  // a restarted learner continues its count
     }

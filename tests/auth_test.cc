@@ -161,3 +161,47 @@ TEST_CASE("auth: the trajectory socket accepts actors only and names each messag
   CHECK(zap.accepted() >= 1);
   fs::remove_all(dir);
 }
+
+TEST_CASE("auth: a running server takes an actor whose keys were added to the run's keys after it started", "[auth]") {
+  // `stampede scale` makes keys for the actors it adds while every server runs.
+  const std::string dir = TempDir("added"), outside = TempDir("added-outsider");
+  std::string error;
+  REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "actor-0"}, &error));
+  zmq::context_t server_ctx(1), client_ctx(1);
+  auto learner_curve = Load(dir, "learner-0");
+  wire::ZapHandler zap(server_ctx, *learner_curve, wire::RunAllowList(), "learner");
+  zmq::socket_t pull(server_ctx, zmq::socket_type::pull);
+  wire::ConfigureReceiver(pull, 1 << 20);
+  learner_curve->MakeServer(pull, wire::kDomainTrajectories);
+  pull.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = pull.get(zmq::sockopt::last_endpoint);
+  pull.set(zmq::sockopt::rcvtimeo, 5000);
+
+  // An identity that is not in the run's directory: refused.
+  REQUIRE(wire::GenerateKeys(outside, {"actor-6"}, &error));
+  fs::copy_file(dir + "/learner-0.pub", outside + "/learner-0.pub");
+  {
+    zmq::socket_t push(client_ctx, zmq::socket_type::push);
+    wire::ConfigureSender(push, 10, 0);
+    Load(outside, "actor-6")->MakeClient(push, "learner-0");
+    push.connect(endpoint);
+    zmq::message_t m(std::string("from outside"));
+    (void)push.send(m, zmq::send_flags::dontwait);
+    REQUIRE(testing::WaitUntil([&] { return zap.rejected() > 0; }));
+  }
+  // Actor 5's keys made now, in the run's directory: it gets in, as itself.
+  REQUIRE(wire::GenerateKeys(dir, {"actor-5"}, &error));
+  zmq::socket_t push(client_ctx, zmq::socket_type::push);
+  wire::ConfigureSender(push, 10, 0);
+  push.set(zmq::sockopt::linger, 500);
+  Load(dir, "actor-5")->MakeClient(push, "learner-0");
+  push.connect(endpoint);
+  zmq::message_t m(std::string("from actor 5"));
+  (void)push.send(m, zmq::send_flags::dontwait);
+  zmq::message_t got;
+  REQUIRE(pull.recv(got));
+  CHECK(got.to_string() == "from actor 5");
+  CHECK(wire::PeerIdentity(got) == "actor-5");
+  fs::remove_all(dir);
+  fs::remove_all(outside);
+}

@@ -691,3 +691,102 @@ TEST_CASE("coordinator: a suite's evaluation has per-task and normalised scores"
   CHECK(ev["eval_normalised_median"].get<double>() == Approx(0.35));
   CHECK_FALSE(ev.contains("eval_return_mean"));  // raw returns of different scales are not averaged
 }
+
+TEST_CASE("coordinator: scale up starts actors past actors.num_actors and scale down stops the highest in order "
+          "and never restarts them", "[coordinator][scale]") {
+  Fixture f(TestConfig(2, 1));
+  f.launcher.calls.clear();
+  // Below the learners (each needs an actor), above kMaxActors: refused, nothing started.
+  CHECK_FALSE(f.core->Scale(1, f.t).ok);
+  CHECK_FALSE(f.core->Scale(1025, f.t).ok);
+  CHECK(f.launcher.calls.empty());
+  CHECK(f.core->Scale(2, f.t).ok);  // the count it has: nothing to do
+  CHECK(f.launcher.calls.empty());
+
+  const ScaleAnswer up = f.core->Scale(4, f.t);
+  CHECK(up.ok);
+  CHECK(Names(f.launcher.Take("start")) == std::vector<std::string>{"actor 2", "actor 3"});
+  CHECK(f.core->processes().Alive(wire::ROLE_ACTOR) == 4);
+  CHECK(f.core->actors_target() == 4);
+  CHECK(f.sinks.Events("scale") == 1);
+  // A new actor's statuses count like any other's (its index is past actors.num_actors).
+  f.ActorMade(3, 800);
+  f.Advance(std::chrono::milliseconds(200));
+
+  const ScaleAnswer down = f.core->Scale(2, f.t);
+  CHECK(down.ok);
+  CHECK(Names(f.launcher.Take("term")) == std::vector<std::string>{"actor 2", "actor 3"});
+  // Asked again before they have gone: refused, so an index is never started twice.
+  const ScaleAnswer early = f.core->Scale(3, f.t);
+  CHECK_FALSE(early.ok);
+  CHECK_THAT(early.message, Catch::Contains("still stopping"));
+  f.Exit(wire::ROLE_ACTOR, 3);
+  f.Exit(wire::ROLE_ACTOR, 2, ExitStatus{false, 0, 9});  // even a crash on the way out is not restarted
+  CHECK(f.launcher.Take("start").empty());
+  CHECK(f.sinks.Events("actor_retired") == 2);
+  CHECK(f.sinks.Events("actor_restart") == 0);
+  CHECK(f.core->processes().Alive(wire::ROLE_ACTOR) == 2);
+  // Back up again: the retired index starts afresh.
+  CHECK(f.core->Scale(3, f.t).ok);
+  CHECK(Names(f.launcher.Take("start")) == std::vector<std::string>{"actor 2"});
+  // An ordinary crash of a fleet actor is still restarted.
+  f.Exit(wire::ROLE_ACTOR, 2, ExitStatus{false, 0, 9});
+  CHECK(Names(f.launcher.Take("start")) == std::vector<std::string>{"actor 2"});
+  // While the run stops, the fleet's size is not changed.
+  f.core->RequestStop("test", 0, f.t);
+  CHECK_FALSE(f.core->Scale(4, f.t).ok);
+}
+
+TEST_CASE("coordinator: an actor that does not leave within the grace of a scale-down is killed", "[coordinator][scale]") {
+  config::Config cfg = TestConfig();
+  cfg.mutable_coordinator()->set_heartbeat_timeout_s(100);  // no silence checks, no watchdog here
+  cfg.mutable_coordinator()->set_stall_timeout_s(0);
+  Fixture f(cfg);
+  f.launcher.calls.clear();
+  REQUIRE(f.core->Scale(1, f.t).ok);
+  CHECK(Names(f.launcher.Take("term")) == std::vector<std::string>{"actor 1"});
+  f.Advance(std::chrono::seconds(9));
+  CHECK(f.launcher.Take("kill").empty());
+  f.Advance(std::chrono::seconds(2));  // past coordinator.shutdown_grace_s (10 s)
+  CHECK(Names(f.launcher.Take("kill")) == std::vector<std::string>{"actor 1"});
+  f.Advance(std::chrono::seconds(20));
+  CHECK(f.launcher.Take("kill").empty());  // once
+  f.Exit(wire::ROLE_ACTOR, 1, ExitStatus{false, 0, 9});
+  CHECK(f.launcher.Take("start").empty());
+  CHECK(f.sinks.Events("actor_retired") == 1);
+}
+
+TEST_CASE("coordinator: a standalone coordinator scales down over the control socket, up by the scheduler",
+          "[coordinator][scale]") {
+  Fixture f(TestConfig(), /*standalone=*/true);
+  for (int a = 0; a < 3; ++a) {  // three actors started elsewhere (one past actors.num_actors)
+    wire::Status s;
+    *s.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, a, 1);
+    s.set_pid(70 + a);
+    s.set_activity("acting");
+    f.Status(s);
+  }
+  REQUIRE(f.core->processes().Alive(wire::ROLE_ACTOR) == 3);
+  const ScaleAnswer up = f.core->Scale(4, f.t);
+  CHECK(up.ok);
+  CHECK_THAT(up.message, Catch::Contains("--task-index I"));
+  CHECK(f.launcher.calls.empty());  // it starts nothing
+  REQUIRE(f.core->Scale(1, f.t).ok);
+  // A stop for each one retiring that runs (actor 3 never came), on every heartbeat.
+  std::vector<int> stopped;
+  for (const auto& c : f.sinks.stops) {
+    CHECK(c.stop());
+    CHECK(c.stop_role() == wire::ROLE_ACTOR);
+    stopped.push_back(c.stop_index());
+  }
+  CHECK(stopped == std::vector<int>{1, 2});
+  // Actor 1 says it stopped: its stop leaves the heartbeat.
+  wire::Status s;
+  *s.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 1, 1);
+  s.set_pid(71);
+  s.set_activity("stopped");
+  f.Status(s);
+  REQUIRE(f.sinks.stops.size() == 1);
+  CHECK(f.sinks.stops[0].stop_index() == 2);
+  CHECK(f.sinks.Events("actor_retired") == 1);
+}

@@ -147,8 +147,9 @@ TEST_CASE("inference: a bad request gets an error naming the problem, and the se
   CHECK(reply.sequence() == 7);
   CHECK_THAT(reply.error(), Catch::Contains("observations are") && Catch::Contains("expected"));
 
-  // Another actor index than the run has.
-  *req.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 3, 5);
+  // An actor index no run has (past wire::kMaxActors: `stampede scale` may add actors past
+  // actors.num_actors, up to it).
+  *req.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 1024, 5);
   req.set_sequence(8);
   std::vector<std::byte> obs(core->shape().obs_bytes() * E);
   const wire::Frame good[] = {{obs.data(), obs.size()}};

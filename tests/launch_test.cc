@@ -139,3 +139,14 @@ TEST_CASE("launch slurm: the nodes the job script asks for are the nodes the lau
     CHECK(got.HetGroup(wire::ROLE_LEARNER) == (array ? -1 : 0));
   }
 }
+
+TEST_CASE("coordinator: the Slurm launcher has room for the actors its allocation asked for", "[launch][scale]") {
+  const SlurmLayout het = SlurmLayout::Requested(true, 2);
+  CHECK(het.ActorCapacity(4) == 8);
+  const SlurmLayout one = SlurmLayout::Requested(false, 2);  // node 0 holds the servers
+  CHECK(one.ActorCapacity(4) == 8);
+  SlurmLauncher launcher("stampede", "config.textproto", "/run", 4, het);
+  CHECK(launcher.NoRoom(stampede::wire::ROLE_ACTOR, 7).empty());
+  CHECK_THAT(launcher.NoRoom(stampede::wire::ROLE_ACTOR, 8), Catch::Contains("room for 8 actors"));
+  CHECK(launcher.NoRoom(stampede::wire::ROLE_LEARNER, 8).empty());
+}

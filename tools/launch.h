@@ -52,6 +52,9 @@ struct K8sLaunchOptions {
   std::string ns = "default";
   std::string image = "stampede:latest";
   int actors = 0;                   // 0: the config's actors.num_actors
+  // Keys for this many actors (0: `actors`), so that the actor Job can be scaled up to it
+  // while the run goes on (an Indexed Job's parallelism and completions, together).
+  int max_actors = 0;
   int learner_gpus = 0;             // nvidia.com/gpu per learner pod
   std::string storage = "10Gi";     // the run directory's claim
   std::string storage_class;        // "" : the cluster's default class

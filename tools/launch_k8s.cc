@@ -10,6 +10,7 @@
 #include "wire/auth.h"
 #include "wire/config.h"
 #include "wire/durable_file.h"
+#include "wire/tasks.h"
 
 namespace stampede::tools {
 
@@ -150,6 +151,11 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
     *error = "--learner-gpus must be 0 or more";
     return false;
   }
+  if (opt.max_actors > wire::kMaxActors) {
+    *error = "--max-actors " + std::to_string(opt.max_actors) + " is above the most a run takes (" +
+             std::to_string(wire::kMaxActors) + ")";
+    return false;
+  }
   config::Config cfg = loaded.config;
   Writer w;
   w.name = opt.name.empty() ? Label("stampede-" + fs::path(opt.config_path).stem().string()) : Label(opt.name);
@@ -199,19 +205,22 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   cl->set_keys_dir(kKeysDir);
   cfg.set_run_dir(kRunDir);
 
-  // The keys: made afresh into a scratch directory (or taken from --keys-dir).
+  // The keys: made afresh into a scratch directory (or taken from --keys-dir), for every
+  // process and for actors up to --max-actors (the actor Job scaled up later).
+  std::vector<std::string> identities = wire::RunIdentities(cfg);
+  for (int a = actors; a < opt.max_actors; ++a) identities.push_back(wire::Identity("actor", a));
   std::string keys_dir = opt.keys_dir;
   std::string scratch;
   if (cl->curve() && keys_dir.empty()) {
     scratch = (fs::temp_directory_path() / ("stampede-k8s-keys-" + std::to_string(::getpid()))).string();
     fs::remove_all(scratch);
-    if (!wire::GenerateKeys(scratch, wire::RunIdentities(cfg), error)) return false;
+    if (!wire::GenerateKeys(scratch, identities, error)) return false;
     keys_dir = scratch;
   }
   std::ostringstream secret;
   secret << "apiVersion: v1\nkind: Secret\n" << w.Meta(w.name + "-keys", "keys") << "type: Opaque\ndata:\n";
   if (cl->curve()) {
-    for (const auto& id : wire::RunIdentities(cfg)) {
+    for (const auto& id : identities) {
       for (const char* ext : {".key", ".pub"}) {
         const std::string path = keys_dir + "/" + id + ext;
         if (!fs::exists(path)) {

@@ -1,7 +1,7 @@
 // The one Stampede binary: `stampede run CONFIG` (the coordinator), `suite` (a run plus
 // its report), `report`, `eval`, `export`, the single roles (`actor`, `learner`, `ps`)
 // for launching by hand or by a cluster manager, `spec` (the env's resolved spec), `keys`
-// (CURVE keys for roles started by hand) and `bench`. `stampede help` lists them.
+// (CURVE keys for roles started by hand), `scale` (a running fleet's actor count) and `bench`. `stampede help` lists them.
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
@@ -136,6 +136,17 @@ int main(int argc, char** argv) {
   std::string checkpoints_dir;
   checkpoints->add_option("run_dir", checkpoints_dir, "The run directory")->required();
 
+  auto* scale = app.add_subcommand(
+      "scale", "Change a running fleet's actor count (`stampede run` or `stampede coordinator`): new actors start "
+               "(with keys made for them), removed ones (the highest indices) send the unroll they hold and stop");
+  std::string scale_dir;
+  int scale_actors = 0;
+  double scale_timeout = 10;
+  scale->add_option("run_dir", scale_dir, "The running run's directory")->required();
+  scale->add_option("--actors", scale_actors, "The actor count to go to")->required()->check(CLI::Range(1, 1024));
+  scale->add_option("--timeout", scale_timeout, "Seconds to wait for the coordinator's answer")
+      ->default_val(10.0)->check(CLI::Range(0.1, 3600.0));
+
   auto* ps_plan = app.add_subcommand("ps-plan", "Print where the network's tensors go on the PS shards "
                                                 "(ps.placement), bytes per shard and the imbalance");
   ps_plan->add_option("config", config_path, "Config file (protobuf text format)")->required();
@@ -218,6 +229,10 @@ int main(int argc, char** argv) {
   k8s->add_option("--image", k8s_opt.image, "Container image with stampede on PATH")->default_val("stampede:latest");
   k8s->add_option("--name", k8s_opt.name, "Prefix of every object (default stampede-CONFIG)");
   k8s->add_option("--actors", k8s_opt.actors, "Actor pods (default: actors.num_actors)")->check(CLI::Range(1, 100000));
+  k8s->add_option("--max-actors", k8s_opt.max_actors,
+                  "Make keys for this many actors, so that the actor Job can be scaled up to it during the run "
+                  "(kubectl patch its parallelism and completions; default: --actors)")
+      ->check(CLI::Range(1, 1024));
   k8s->add_option("--learner-gpus", k8s_opt.learner_gpus, "nvidia.com/gpu per learner pod (and learner.device cuda: each learner on its pod's GPU)")
       ->default_val(0)->check(CLI::Range(0, 64));
   k8s->add_option("--storage", k8s_opt.storage, "Size of the run directory's ReadWriteMany claim")->default_val("10Gi");
@@ -321,6 +336,7 @@ int main(int argc, char** argv) {
     if (!Load(checkpoints_dir + "/config.textproto", {"run_dir=" + checkpoints_dir}, &loaded)) return 2;
     return stampede::coordinator::RunCheckpointsCommand(loaded.config);
   }
+  if (scale->parsed()) return stampede::coordinator::RunScaleCommand(scale_dir, scale_actors, scale_timeout);
   if (ps_plan->parsed()) {
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;

@@ -109,6 +109,7 @@ bool GenerateKeys(const std::string& dir, const std::vector<std::string>& identi
 std::shared_ptr<const Curve> Curve::Load(const std::string& dir, const std::string& identity,
                                          std::string* error) {
   auto c = std::make_shared<Curve>();
+  c->dir_ = dir;
   c->identity_ = identity;
   std::string text;
   const std::string key_path = dir + "/" + identity + ".key";
@@ -123,23 +124,31 @@ std::shared_ptr<const Curve> Curve::Load(const std::string& dir, const std::stri
     *error = key_path + ": not a key file (expected 'public <40 Z85 chars>' and 'secret <40 Z85 chars>' lines)";
     return nullptr;
   }
+  if (!ReadPublicKeys(dir, &c->peers_, error)) return nullptr;
+  return c;
+}
+
+bool ReadPublicKeys(const std::string& dir, std::map<std::string, std::string>* keys, std::string* error) {
+  std::map<std::string, std::string> out;
+  std::string text;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path p = it->path();
     if (p.extension() != ".pub") continue;
-    if (!ReadSmallFile(p.string(), &text, error)) return nullptr;
+    if (!ReadSmallFile(p.string(), &text, error)) return false;
     const std::string key = Trim(text);
     if (!ValidZ85Key(key)) {
       *error = p.string() + ": not a public key file (expected 40 Z85 characters)";
-      return nullptr;
+      return false;
     }
-    c->peers_[p.stem().string()] = key;
+    out[p.stem().string()] = key;
   }
   if (ec) {
     *error = dir + ": cannot list the keys directory: " + ec.message();
-    return nullptr;
+    return false;
   }
-  return c;
+  *keys = std::move(out);
+  return true;
 }
 
 void Curve::MakeServer(zmq::socket_t& socket, const char* domain) const {
@@ -212,15 +221,49 @@ std::map<std::string, std::set<std::string>> RunAllowList() {
 
 ZapHandler::ZapHandler(zmq::context_t& ctx, const Curve& curve,
                        std::map<std::string, std::set<std::string>> allowed, std::string log_prefix)
-    : socket_(ctx, zmq::socket_type::rep), allowed_(std::move(allowed)), log_prefix_(std::move(log_prefix)) {
-  for (const auto& [identity, z85] : curve.peers()) {
-    std::string bin(32, '\0');
-    zmq_z85_decode(reinterpret_cast<uint8_t*>(bin.data()), z85.c_str());
-    role_of_key_[bin] = identity;
+    : socket_(ctx, zmq::socket_type::rep),
+      keys_dir_(curve.dir()),
+      allowed_(std::move(allowed)),
+      log_prefix_(std::move(log_prefix)) {
+  SetKeys(curve.peers());
+  struct stat st;
+  if (!keys_dir_.empty() && ::stat(keys_dir_.c_str(), &st) == 0) {
+    dir_mtime_ns_ = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   }
   socket_.set(zmq::sockopt::linger, 0);
   socket_.bind("inproc://zeromq.zap.01");
   thread_ = std::thread([this] { Serve(); });
+}
+
+void ZapHandler::SetKeys(const std::map<std::string, std::string>& peers) {
+  role_of_key_.clear();
+  for (const auto& [identity, z85] : peers) {
+    std::string bin(32, '\0');
+    zmq_z85_decode(reinterpret_cast<uint8_t*>(bin.data()), z85.c_str());
+    role_of_key_[bin] = identity;
+  }
+}
+
+bool ZapHandler::Rescan() {
+  if (keys_dir_.empty()) return false;
+  struct stat st;
+  if (::stat(keys_dir_.c_str(), &st) != 0) return false;
+  const int64_t mtime = int64_t(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  // The directory is read again when its time changed, and at most once a second even if
+  // not (a file written within the clock tick of the last read leaves the time as it was).
+  const auto now = std::chrono::steady_clock::now();
+  if (mtime == dir_mtime_ns_ && now - last_scan_ < std::chrono::seconds(1)) return false;
+  last_scan_ = now;
+  std::map<std::string, std::string> peers;
+  std::string error;
+  if (!ReadPublicKeys(keys_dir_, &peers, &error)) {
+    std::fprintf(stderr, "%s: the keys directory changed but cannot be read again (the keys known stay): %s\n",
+                 log_prefix_.c_str(), error.c_str());
+    return false;
+  }
+  dir_mtime_ns_ = mtime;
+  SetKeys(peers);
+  return true;
 }
 
 ZapHandler::~ZapHandler() {
@@ -257,6 +300,7 @@ void ZapHandler::Serve() {
       why = "mechanism " + mechanism + " without a CURVE key";
     } else {
       auto it = role_of_key_.find(req[6].to_string());
+      if (it == role_of_key_.end() && Rescan()) it = role_of_key_.find(req[6].to_string());
       auto allowed = allowed_.find(domain);
       if (it == role_of_key_.end()) {
         why = "a key that belongs to no process of this run";

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,6 +51,7 @@ class Curve {
   static std::shared_ptr<const Curve> Load(const std::string& dir, const std::string& identity,
                                            std::string* error);
   const std::string& identity() const { return identity_; }
+  const std::string& dir() const { return dir_; }  // the keys directory it was read from
   // Public keys (Z85) by identity.
   const std::map<std::string, std::string>& peers() const { return peers_; }
   // A server socket in `domain` (call before bind).
@@ -60,9 +62,13 @@ class Curve {
   void MakeClient(zmq::socket_t& socket, const std::string& server_identity) const;
 
  private:
-  std::string identity_, public_key_, secret_key_;
+  std::string dir_, identity_, public_key_, secret_key_;
   std::map<std::string, std::string> peers_;
 };
+
+// Every public key in `dir` by identity ("actor-3" -> Z85); false with `error` if the
+// directory cannot be listed or a .pub file is not a key.
+[[nodiscard]] bool ReadPublicKeys(const std::string& dir, std::map<std::string, std::string>* keys, std::string* error);
 
 // The peer identity ZAP gave the connection `msg` came on; empty without CURVE.
 std::string PeerIdentity(const zmq::message_t& msg);
@@ -70,7 +76,10 @@ std::string PeerIdentity(const zmq::message_t& msg);
 // The ZAP handler of one context: a thread answering the authentication requests of
 // every CURVE server socket in that context. A client key is accepted in a domain if
 // it belongs to an identity whose role the domain allows; every refusal is counted and
-// logged (the first, then one line per 10 s with how many were not logged).
+// logged (the first, then one line per 10 s with how many were not logged). A key it does
+// not know sends it back to the keys directory (when the directory changed, else at most
+// once a second): actors that `stampede scale` adds get their keys there while the run
+// goes on.
 class ZapHandler {
  public:
   // `allowed`: domain -> roles that may connect. Binds inproc://zeromq.zap.01 in `ctx`
@@ -83,7 +92,13 @@ class ZapHandler {
 
  private:
   void Serve();
+  void SetKeys(const std::map<std::string, std::string>& peers);
+  // Reads the keys directory again if it changed; true if the table was replaced.
+  bool Rescan();
   zmq::socket_t socket_;
+  std::string keys_dir_;
+  int64_t dir_mtime_ns_ = -1;
+  std::chrono::steady_clock::time_point last_scan_;
   std::map<std::string, std::string> role_of_key_;   // 32-byte binary key -> identity
   std::map<std::string, std::set<std::string>> allowed_;
   std::string log_prefix_;

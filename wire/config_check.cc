@@ -8,6 +8,7 @@
 
 #include "net/network.h"
 #include "wire/config_detail.h"
+#include "wire/tasks.h"
 
 namespace stampede {
 
@@ -29,7 +30,7 @@ constexpr Range kRanges[] = {
     {"net.fc_size", 1, 65536, false, true},
     {"net.lstm_size", 0, 65536, false, true},
     {"net.policy_init_scale", 0, 100, false, false},  // (0, 100] when set: checked below
-    {"actors.num_actors", 1, 1024, false, true},
+    {"actors.num_actors", 1, wire::kMaxActors, false, true},
     {"actors.envs_per_actor", 1, 4096, false, true},
     {"actors.unroll_length", 1, 10000, false, true},
     {"actors.first_params_timeout_s", 0, 1e6, true, false},

@@ -13,6 +13,10 @@
 
 namespace stampede::wire {
 
+// The most actors a run may have (actors.num_actors's bound), and the bound of any actor
+// index a process accepts: `stampede scale` adds actors past actors.num_actors.
+inline constexpr int kMaxActors = 1024;
+
 int NumTasks(const config::Config& cfg);  // tasks_size(), or 1 for the `env` shorthand
 std::string TaskName(const config::Config& cfg, int task);
 // Task of every actor process (index = actor task index): the tasks that name a number

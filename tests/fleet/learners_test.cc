@@ -149,6 +149,21 @@ TEST_CASE("fleet: an allreduce learner killed mid-run: the others go on in a sma
       CHECK(summary["restarts"].get<int>() == 1);
       CHECK(summary["env_frames"].get<int64_t>() >= 1500000);
       CheckNeverBackwards(Metrics(run_dir));
+      // The ring's resets are counted: in the summary, the rows, an event and the progress line.
+      CHECK(summary["allreduce_resets"].get<int64_t>() >= 1);
+      int reset_events = 0;
+      int64_t row_resets = -1;
+      for (const auto& r : Metrics(run_dir)) {
+        if (r.value("event", "") == "allreduce_reset") ++reset_events;
+        if (!r.contains("event") && r.contains("allreduce_resets")) row_resets = r["allreduce_resets"].get<int64_t>();
+      }
+      CHECK(reset_events >= 1);
+      CHECK(row_resets == summary["allreduce_resets"].get<int64_t>());
+      int64_t line_resets = 0;
+      for (size_t at = out.find("| ring resets "); at != std::string::npos; at = out.find("| ring resets ", at + 1)) {
+        line_resets = std::max<int64_t>(line_resets, std::stoll(out.substr(at + 14)));
+      }
+      CHECK(line_resets >= 1);
       // The restarted learner joined a ring of all three at the survivors' version (it
       // took their state: its own was fresh, or the chief's last checkpoint). Whether the
       // survivors first went on in a ring of two depends on whether it came back within

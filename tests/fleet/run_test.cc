@@ -469,3 +469,81 @@ TEST_CASE("fleet: a learner or PS shard that keeps dying stops the run with a cl
     }
   }
 }
+
+namespace {
+// The newest progress row (not an event) that `pred` holds for, after `after` rows.
+template <class Pred>
+bool RowAfter(const std::string& run_dir, size_t after, Pred pred) {
+  const auto rows = Metrics(run_dir);
+  for (size_t i = after; i < rows.size(); ++i) {
+    if (!rows[i].contains("event") && pred(rows[i])) return true;
+  }
+  return false;
+}
+int64_t Trajectories(const json& row, int actor) {
+  const std::string k = std::to_string(actor);
+  return row.contains("actors") && row["actors"].contains(k) ? row["actors"][k]["trajectories"].get<int64_t>() : 0;
+}
+}  // namespace
+
+TEST_CASE("fleet: `stampede scale` grows a running Catch fleet of 2 to 4 actors and then shrinks it to 1 and nothing is lost",
+          "[fleet][scale]") {
+  const std::string run_dir = FreshRunDir("scale");
+  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set", "stop.total_env_frames=2500000",
+                  "--set", "stop.stop_at_target=false", "--set", "coordinator.progress_interval_s=0.2"},
+                 run_dir + ".out");
+  REQUIRE(PidOnceTraining(run_dir, "actor 0") > 0);
+  auto scale = [&](const std::string& actors) {
+    Proc s = Start({"scale", run_dir, "--actors", actors}, run_dir + ".scale" + actors + ".out");
+    const int code = Wait(s, std::chrono::seconds(30));
+    INFO(Slurp(s.output_path));
+    return code;
+  };
+  CHECK(Wait(Start({"scale", run_dir + "-none", "--actors", "3"}, run_dir + ".scale-none.out"), std::chrono::seconds(30)) == 2);
+
+  size_t at = Metrics(run_dir).size();
+  REQUIRE(scale("4") == 0);
+  // Four alive, and the new actors' trajectories reach the learner.
+  CHECK(WaitFor([&] {
+    return RowAfter(run_dir, at, [](const json& r) {
+      return r["actors_alive"].get<int>() == 4 && Trajectories(r, 2) > 0 && Trajectories(r, 3) > 0;
+    });
+  }, std::chrono::seconds(60)));
+
+  at = Metrics(run_dir).size();
+  REQUIRE(scale("1") == 0);
+  CHECK(WaitFor([&] { return RowAfter(run_dir, at, [](const json& r) { return r["actors_alive"].get<int>() == 1; }); },
+                std::chrono::seconds(60)));
+  const int code = Wait(p, std::chrono::seconds(150));
+  const std::string out = Slurp(p.output_path);
+  INFO(out);
+  REQUIRE(code == 0);
+  CHECK_THAT(out, Catch::Contains("stampede: scale: actors 2 -> 4"));
+  const auto rows = Metrics(run_dir);
+  std::set<int> retired;
+  for (const auto& r : rows) {
+    if (r.value("event", "") == "actor_retired") {
+      retired.insert(r["actor"].get<int>());
+      CHECK(r["how"].get<std::string>() == "exited with status 0");
+    }
+    CHECK(r.value("event", "") != "actor_restart");
+  }
+  CHECK(retired == std::set<int>{1, 2, 3});
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  CHECK(summary["env_frames"].get<int64_t>() >= 2500000);
+  for (auto r = rows.rbegin(); r != rows.rend(); ++r) {
+    if (r->contains("event")) continue;
+    CHECK((*r)["dropped_trajectories"].get<int64_t>() == 0);  // the last row's count, over the run
+    break;
+  }
+  // Each retired actor's every frame reached the learner: its last unroll too (10 steps x
+  // 8 envs per trajectory).
+  for (int a : {1, 2, 3}) {
+    const json& one = summary["actors"][std::to_string(a)];
+    INFO("actor " << a << ": " << one.dump());
+    CHECK(one.value("retired", false));
+    CHECK(one["frames"].get<int64_t>() > 0);
+    CHECK(one["trajectories"].get<int64_t>() * 80 == one["frames"].get<int64_t>());
+  }
+  CheckNoneLeft(Spawned(rows));
+}
