@@ -12,6 +12,7 @@
 
 #include "actors/acting.h"
 #include "actors/params_client.h"
+#include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "ps/client.h"
 #include "wire/auth.h"
@@ -184,6 +185,10 @@ struct InferenceServer::Impl {
   std::unique_ptr<wire::ZapHandler> zap;
   std::unique_ptr<ps::ParamsFetcher> fetcher;
   std::unique_ptr<net::Model<float>> net;
+  // The learner's GPU, where it has one (learner.device "cuda..."): the forward passes run
+  // there (SEED RL's setting), from parameters uploaded once per version.
+  std::unique_ptr<net::cuda::Policy> gpu;
+  int64_t uploaded = -1;  // the version on the GPU
   wire::StepShape shape;
   int E = 0, A = 0, S = 0, V = 1;
   size_t obs_bytes = 0;
@@ -228,6 +233,19 @@ struct InferenceServer::Impl {
       c.state.assign(size_t(E) * S, 0.f);
     }
     return c;
+  }
+
+  // One forward step of n rows, on the GPU where there is one, else the CPU model.
+  void Forward(const std::byte* obs, int n, float* state_in, float* state_out, float* logits, float* out_values) {
+    if (!gpu) {
+      net->Step(params.data(), obs, n, nullptr, state_in, state_out, logits, out_values);
+      return;
+    }
+    if (uploaded != version) {
+      gpu->SetParams(params);
+      uploaded = version;
+    }
+    gpu->Step(obs, n, nullptr, state_in, state_out, logits, out_values);
   }
 
   // Validates one message; queues a step request, answers a value request at once.
@@ -297,7 +315,7 @@ struct InferenceServer::Impl {
     batch_obs.resize(parts[2].size());
     std::memcpy(batch_obs.data(), parts[2].data(), parts[2].size());
     values.resize(size_t(k) * V);
-    net->Step(params.data(), batch_obs.data(), k, nullptr, batch_state.data(), nullptr, nullptr, values.data());
+    Forward(batch_obs.data(), k, batch_state.data(), nullptr, nullptr, values.data());
     std::vector<float> out(static_cast<size_t>(k));
     const int task = req.task_id();
     for (int j = 0; j < k; ++j) out[size_t(j)] = float(net::TaskValue(&values[size_t(j) * V], V, task, params.data(), popart_stats));
@@ -339,8 +357,7 @@ struct InferenceServer::Impl {
       row += k;
     }
     if (S > 0) std::copy(batch_state.begin(), batch_state.end(), states_before.begin());
-    net->Step(params.data(), batch_obs.data(), n, nullptr, batch_state.data(), batch_state.data(), logits.data(),
-              nullptr);
+    Forward(batch_obs.data(), n, batch_state.data(), batch_state.data(), logits.data(), nullptr);
     // Counted before any reply goes out: a client that has its reply sees the batch counted.
     ++batches;
     envs += n;
@@ -430,6 +447,13 @@ bool InferenceServer::Start(std::string* error) {
   m.V = m.net->num_values();
   m.obs_bytes = m.shape.obs_bytes();
   if (m.net->spec().popart) m.popart_stats = m.net->layout().Find("popart/stats").offset;
+  if (cfg.learner().device() != "cpu") {
+    const int device = net::cuda::LearnerDevice(cfg.learner().device(), m.learner, error);
+    if (device < 0) return false;
+    m.gpu = net::cuda::Policy::Create(m.net->spec(), device, /*allow_tf32=*/true, error);
+    if (!m.gpu) return false;
+    std::fprintf(stderr, "learner %d: inference server on cuda:%d\n", m.learner, device);
+  }
   int served = 0;
   for (int a = 0; a < cfg.actors().num_actors(); ++a) served += LearnerOfActor(cfg, a) == m.learner ? 1 : 0;
   const auto& ci = cfg.actors().central_inference();

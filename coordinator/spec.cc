@@ -253,12 +253,6 @@ base::Status CheckNetworkAndDevice(const config::Config& cfg) {
   }
   const std::string device = cfg.learner().device();
   if (device == "cpu") return base::OkStatus();
-  if (PopArtOn(cfg)) {
-    // Per-task action masks run on the CUDA learner too; PopArt not yet.
-    return base::InvalidArgument("learner.device: \"" + device +
-                                 "\": learner.popart runs on the CPU learner only; use learner.device: \"cpu\" "
-                                 "or learner.popart: false");
-  }
   // Ask in a child, so this process (which starts the fleet) never initialises CUDA.
   int fds[2];
   if (::pipe(fds) != 0) {

@@ -96,6 +96,8 @@ net::cuda::TrainerOptions TrainerOptions(const config::Config& cfg, const LossOp
   o.optimizer = net::OptimizerHyperFromConfig(lc.optimizer());
   o.allow_tf32 = true;
   o.action_limits = lo.action_limits;
+  o.popart = lo.popart;
+  o.popart_beta = lc.popart_beta();
   return o;
 }
 
@@ -106,22 +108,9 @@ base::StatusOr<std::unique_ptr<Backend>> MakeBackend(const config::Config& cfg, 
   const LossOptions lo = LossOptionsFrom(cfg);
   const std::string device = cfg.learner().device();
   if (device == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(net, lo));
-  if (lo.popart) {
-    // `stampede run` refuses this before anything starts; a learner started by hand too.
-    return base::InvalidArgument("learner.device \"" + device + "\": PopArt runs on the CPU learner only");
-  }
-  // "cuda:N", checked by the config; "cuda": learner i on GPU i mod the GPUs this process
-  // sees (Slurm's and Kubernetes' CUDA_VISIBLE_DEVICES: the node's or the pod's own).
-  int index = 0;
-  if (device == "cuda") {
-    std::string why;
-    const int count = net::cuda::DeviceCount(&why);
-    if (count == 0) return base::DeviceError("learner.device \"cuda\": " + why);
-    index = learner_index % count;
-  } else {
-    index = std::stoi(device.substr(5));
-  }
   std::string error;
+  const int index = net::cuda::LearnerDevice(device, learner_index, &error);
+  if (index < 0) return base::DeviceError(error);
   auto t = net::cuda::Trainer::Create(net.spec(), index, TrainerOptions(cfg, lo), &error);
   if (!t) return base::DeviceError(error);
   return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(t), "cuda:" + std::to_string(index)));

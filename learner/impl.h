@@ -265,6 +265,8 @@ struct Learner::Impl {
   void Assemble(const std::vector<UnrollRef>& items, Batch* batch) const;
   // PopArt: each task's statistics from its valid targets in the batch, then the head rescaled.
   void UpdatePopArt(const Batch& batch, const Targets<float>& targets);
+  // The parameters' "popart/stats" copied for the status (after any change to them).
+  void SharePopArtStats();
   // Writes the checkpoint; a failure is also kept for the status (the run's exit code
   // and summary report it).
   bool SaveCheckpoint(std::string* error);

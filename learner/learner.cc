@@ -119,10 +119,7 @@ bool Learner::Start(std::string* error) {
   } else {
     net::InitParams(m.net->spec(), m.cfg.seed(), m.params);
   }
-  if (m.popart) {
-    base::MutexLock lock(m.mu);
-    m.popart_stats.assign(m.params.begin() + m.popart->stats, m.params.begin() + m.popart->stats + 2 * m.num_tasks);
-  }
+  if (m.popart) m.SharePopArtStats();
   auto backend = MakeBackend(m.cfg, *m.net, m.index);
   if (!backend.ok()) return base::ReportTo(backend.status(), error);
   m.backend = std::move(backend).value();

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "net/kernel_math.h"
 #include "net/layout.h"
 
 namespace stampede::learner {
@@ -19,7 +20,8 @@ struct PopArtSlots {
 // Throws std::out_of_range if the layout has no PopArt tensors.
 PopArtSlots PopArtSlotsOf(const net::ParamLayout& layout);
 
-constexpr double kPopArtMinScale = 1e-4, kPopArtMaxScale = 1e6;
+using net::kPopArtMaxScale;  // the bounds of a scale (net/kernel_math.h: the CUDA trainer's too)
+using net::kPopArtMinScale;
 
 // One update of task k from a batch of its targets (their mean and mean square):
 // mean' = (1 - beta) mean + beta m1, second' = (1 - beta)(scale^2 + mean^2) + beta m2,

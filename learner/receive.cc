@@ -30,7 +30,9 @@ void Learner::Impl::ReceiveLoop() {
       expect.shape = shape;
       // Sync/async: an actor may have read a shard's newer version than this learner has
       // yet, by up to a restarted shard's jump (ps/checkpoints.h, version marks).
-      expect.newest_policy_version = self->version_.load() + (ps_mode ? 100000 : 0);
+      // Allreduce: a restarted learner's actors act with the ring's version until the
+      // rendezvous gives it that version too.
+      expect.newest_policy_version = self->version_.load() + (ps_mode || allreduce ? 100000 : 0);
       expect.max_abs_observation = cfg.wire().max_abs_observation();
       expect.max_abs_reward = cfg.wire().max_abs_reward();
       expect.max_episode_length = cfg.env().resolved_spec().max_episode_steps();
@@ -257,6 +259,10 @@ void Learner::Impl::UpdatePopArt(const Batch& batch, const Targets<float>& targe
     const double n = double(count[size_t(k)]);
     PopArtUpdate(*popart, params.data(), k, sum[size_t(k)] / n, square[size_t(k)] / n, cfg.learner().popart_beta());
   }
+  SharePopArtStats();
+}
+
+void Learner::Impl::SharePopArtStats() {
   base::MutexLock lock(mu);
   popart_stats.assign(params.begin() + popart->stats, params.begin() + popart->stats + 2 * num_tasks);
 }

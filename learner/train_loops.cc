@@ -29,6 +29,8 @@ class Learner::Impl::RelayUpdater : public Updater {
       wire::TraceSpan span("apply", "learner");
       *update_ratio = m_.rms->Step(m_.params, m_.grad, *lr, m_.version().load() + 1);
       if (m_.popart) m_.UpdatePopArt(batch, *targets);
+    } else if (m_.popart) {
+      m_.SharePopArtStats();  // the device's step updated them
     }
     const int64_t version = ++m_.version();
     Publish(version, ++m_.steps());

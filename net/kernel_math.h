@@ -23,6 +23,9 @@ namespace stampede::net {
 // root the denominator never falls below 0.1, outside it below 0.01.
 enum class OptimizerKind : int { kRmsProp = 0, kRmsPropTorch = 1, kAdam = 2 };
 
+// PopArt's bounds on a task's scale (learner/popart.h; the CUDA trainer's update too).
+inline constexpr double kPopArtMinScale = 1e-4, kPopArtMaxScale = 1e6;
+
 struct OptimizerHyper {
   OptimizerKind kind = OptimizerKind::kRmsProp;
   float decay = 0.99f;    // RMSProp's mean-square decay; Adam's beta2

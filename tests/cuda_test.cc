@@ -1,6 +1,7 @@
 // The CUDA backend against the CPU one, for every network (each torso, the LSTM core,
 // each head): forward outputs, the loss gradient, and one full learner step (V-trace,
-// loss, global-norm clipping, RMSProp) from the same parameters and batch, and the gradient
+// loss, global-norm clipping, the optimizer, and PopArt's update where a suite has it) from
+// the same parameters and batch, and the gradient
 // alone (the sync/async learner's) at parameters the host gives. Tolerances:
 // outputs 1e-4 relative (or absolute where small), gradients 2e-3 of the gradient's
 // largest magnitude, parameter updates 2e-3 of the update's largest magnitude (strict
@@ -15,6 +16,7 @@
 #include "learner/batch.h"
 #include "learner/loss.h"
 #include "learner/optimizer.h"
+#include "learner/popart.h"
 #include "net/cuda/trainer.h"
 #include "net/distribution.h"
 #include "net/model.h"
@@ -27,6 +29,7 @@ struct Case {
   const char* name;
   net::ModelSpec spec;
   std::vector<int> action_limits = {};  // per task (a suite's masks); empty: one task, none masked
+  bool popart = false;                  // one value output per task, normalised (learner.popart)
 };
 
 net::ModelSpec Spec(const std::string& torso, std::vector<int> obs, bool u8, int lstm, net::PolicyShape pol) {
@@ -75,6 +78,9 @@ std::vector<Case> Cases() {
       {"a layer list of the user's own (conv, max-pool, residual, dense, tanh) + lstm", Custom()},
       // A suite of three tasks with 5, 2 and 3 of the union's 5 actions.
       {"mlp + lstm, per-task action masks", Spec("mlp", {6}, false, 8, net::CategoricalPolicy(5)), {5, 2, 3}},
+      // The same suite with PopArt: three value outputs, each task's statistics.
+      {"small cnn, per-task action masks and PopArt", Spec("small_cnn", {3, 6, 7}, false, 0, net::CategoricalPolicy(5)),
+       {5, 2, 3}, true},
   };
 }
 
@@ -145,10 +151,15 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
   if (net::cuda::DeviceCount(&why) == 0) testing::Skip("needs a CUDA device: " + why);
   const int T = 5, B = 4;
   int index = 0;
-  for (const Case& c : Cases()) {
+  for (Case c : Cases()) {
     // Every other network also standardises its advantages (learner.normalize_advantages).
     const bool normalize = index++ % 2 == 1;
     INFO(c.name << (normalize ? ", advantages standardised" : ""));
+    if (c.popart) {
+      c.spec.popart = true;
+      c.spec.num_values = int(c.action_limits.size());
+    }
+    const int V = c.spec.num_values;
     auto cpu = net::MakeCpuModel<float>(c.spec);
     const int64_t N = cpu->layout().total_size();
     std::vector<float> params(N);
@@ -163,6 +174,7 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     lo.entropy_cost = 0.02;
     lo.reward_clip = 1.5;
     lo.normalize_advantages = normalize;
+    lo.popart = c.popart;
     net::cuda::TrainerOptions to;
     to.unroll_length = T;
     to.batch_size = B;
@@ -172,6 +184,8 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     to.normalize_advantages = normalize;
     to.max_grad_norm = 1.0;  // small: the clip engages
     to.action_limits = c.action_limits;
+    to.popart = c.popart;
+    to.popart_beta = 0.1;  // large, so the statistics' move shows in the step
     // Each network runs one of the optimizers (net/kernel_math.h), in turn.
     const net::OptimizerKind kinds[] = {net::OptimizerKind::kRmsProp, net::OptimizerKind::kRmsPropTorch,
                                         net::OptimizerKind::kAdam};
@@ -191,7 +205,7 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     std::vector<float> g_policy, g_values, g_grad;
     const auto gs = gpu->ForwardAndGradient(&g_policy, &g_values, &g_grad);
     const int T1 = T + 1, P = c.spec.policy.output_size();
-    std::vector<float> c_policy(size_t(T1) * B * P), c_values(size_t(T1) * B);
+    std::vector<float> c_policy(size_t(T1) * B * P), c_values(size_t(T1) * B * V);
     std::vector<uint8_t> first;
     batch.EpisodeStarts(&first);
     cpu->Forward(params.data(), batch.uint8_obs() ? (const void*)batch.observations_u8.data()
@@ -209,8 +223,10 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     REQUIRE(g_policy.size() == c_policy.size());
     for (size_t i = 0; i < c_policy.size(); ++i) CHECK(g_policy[i] == Approx(c_policy[i]).epsilon(1e-4).margin(1e-4));
     for (size_t i = 0; i < c_values.size(); ++i) CHECK(g_values[i] == Approx(c_values[i]).epsilon(1e-4).margin(1e-4));
+    REQUIRE(g_values.size() == c_values.size());
     std::vector<float> c_grad(N, 0.f);
-    const auto cs = learner::ComputeLossAndGrad(*cpu, params.data(), batch, lo, c_grad.data());
+    learner::Targets<float> c_targets;
+    const auto cs = learner::ComputeLossAndGrad(*cpu, params.data(), batch, lo, c_grad.data(), &c_targets);
     CHECK(gs.total == Approx(cs.total).epsilon(1e-3).margin(1e-3));
     CHECK(gs.entropy == Approx(cs.entropy).epsilon(1e-4));
     // The diagnostics, as the CPU learner computes them on the same batch.
@@ -233,6 +249,22 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     learner::Optimizer opt(N, to.optimizer);
     std::vector<float> c_params = params;
     opt.Step(c_params, ref_grad, lr, 1);
+    if (c.popart) {
+      // Then each task's statistics from the step's targets, and the head rescaled
+      // (learner/receive.cc UpdatePopArt).
+      const learner::PopArtSlots slots = learner::PopArtSlotsOf(cpu->layout());
+      for (int k = 0; k < V; ++k) {
+        double sum = 0, square = 0, n = 0;
+        for (int i = 0; i < T * B; ++i) {
+          if (!batch.valid[i] || batch.tasks[size_t(i % B)] != k) continue;
+          sum += c_targets.vs[i], square += double(c_targets.vs[i]) * c_targets.vs[i], n += 1;
+        }
+        if (n > 0) learner::PopArtUpdate(slots, c_params.data(), k, sum / n, square / n, to.popart_beta);
+      }
+      // The statistics moved (the check below would pass unchanged otherwise).
+      const int64_t stats = cpu->layout().Find("popart/stats").offset;
+      CHECK(std::abs(c_params[stats] - params[stats]) > 1e-3);
+    }
     gpu->Step(lr, 1);
     std::vector<float> g_params(N), g_ms(N), g_mom(N);
     gpu->GetState(g_params, g_ms, g_mom);
@@ -267,4 +299,56 @@ TEST_CASE("cuda: asking for a device this machine lacks is a clear error", "[cud
   auto t = net::cuda::Trainer::Create(spec, n + 3, {}, &error);
   CHECK(t == nullptr);
   CHECK_THAT(error, Catch::Contains("cuda:" + std::to_string(n + 3) + " is not available"));
+}
+
+TEST_CASE("cuda: the acting policy's step agrees with the CPU model's for every network, its state carried", "[cuda]") {
+  // The inference server's forward on the learner's GPU (net/cuda/trainer.h Policy): two
+  // steps of batches that are not a multiple of 8 (the padding is exercised), the second
+  // smaller than the first, some rows starting afresh, the state carried between them.
+  std::string why;
+  if (net::cuda::DeviceCount(&why) == 0) testing::Skip("needs a CUDA device: " + why);
+  for (Case c : Cases()) {
+    INFO(c.name);
+    if (c.popart) {
+      c.spec.popart = true;
+      c.spec.num_values = int(c.action_limits.size());
+    }
+    auto cpu = net::MakeCpuModel<float>(c.spec);
+    const int64_t N = cpu->layout().total_size();
+    std::vector<float> params(N);
+    net::InitParams(c.spec, 11, params);
+    std::string error;
+    auto gpu = net::cuda::Policy::Create(c.spec, 0, false, &error);
+    INFO(error);
+    REQUIRE(gpu);
+    REQUIRE(gpu->layout().Fingerprint() == cpu->layout().Fingerprint());
+    gpu->SetParams(params);
+    const int S = cpu->state_size(), P = cpu->policy_size(), V = cpu->num_values();
+    std::mt19937_64 rng(12);
+    std::normal_distribution<float> normal(0, 1);
+    std::vector<float> c_state(size_t(5) * S), g_state;
+    for (auto& x : c_state) x = 0.3f * normal(rng);
+    g_state = c_state;
+    for (const int n : {5, 3}) {
+      INFO("a batch of " << n);
+      const size_t row = size_t(c.spec.obs_size()) * (c.spec.uint8_obs ? 1 : 4);
+      std::vector<std::byte> obs(row * n);
+      if (c.spec.uint8_obs) {
+        for (auto& b : obs) b = std::byte(rng() & 0xff);
+      } else {
+        float* f = reinterpret_cast<float*>(obs.data());
+        for (size_t i = 0; i < obs.size() / 4; ++i) f[i] = normal(rng);
+      }
+      std::vector<uint8_t> first(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) first[size_t(i)] = i == 1 ? 1 : 0;
+      std::vector<float> c_policy(size_t(n) * P), g_policy(size_t(n) * P), c_values(size_t(n) * V), g_values(size_t(n) * V);
+      cpu->Step(params.data(), obs.data(), n, first.data(), S ? c_state.data() : nullptr, S ? c_state.data() : nullptr,
+                c_policy.data(), c_values.data());
+      gpu->Step(obs.data(), n, first.data(), S ? g_state.data() : nullptr, S ? g_state.data() : nullptr, g_policy.data(),
+                g_values.data());
+      for (size_t i = 0; i < c_policy.size(); ++i) CHECK(g_policy[i] == Approx(c_policy[i]).epsilon(1e-4).margin(1e-4));
+      for (size_t i = 0; i < c_values.size(); ++i) CHECK(g_values[i] == Approx(c_values[i]).epsilon(1e-4).margin(1e-4));
+      for (size_t i = 0; i < size_t(n) * S; ++i) CHECK(g_state[i] == Approx(c_state[i]).epsilon(1e-4).margin(1e-4));
+    }
+  }
 }

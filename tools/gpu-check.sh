@@ -6,8 +6,8 @@
 #   4. Catch runs with the CUDA learner in relay, sync, async and allreduce mode (the one
 #      train loop's CUDA backend: fused steps in relay, gradients pushed to the shards or
 #      averaged in the learners' ring otherwise), and pixel Catch through a network of the
-#      config's own (net.layers),
-#   5. a two-task suite with per-task action masks on the CUDA learner.
+#      config's own (net.layers), and Catch with central inference on the learner's GPU,
+#   5. a two-task suite with per-task action masks and PopArt on the CUDA learner.
 #
 # That machine has the CUDA driver, cuBLAS and cuDNN (PyTorch's wheels) but none of this
 # machine's Debian libraries, so the build travels:
@@ -86,34 +86,41 @@ if [[ -n "$a" && -n "$b" ]]; then
   python3 -c "print(f'== Stampede / PyTorch eager learner throughput: {float($a) / float($b):.2f}x (target >= 1.5x)')"
 fi
 
-echo "== 4. The CUDA learner in every update mode (Catch to 0.9: relay; two learners sync, async, allreduce; pixel Catch through net.layers)"
+echo "== 4. The CUDA learner in every update mode (Catch to 0.9: relay; two learners sync, async, allreduce; pixel Catch through net.layers; central inference on the GPU)"
 # learner.device "cuda": learner i on GPU i mod the GPUs there (both on one, on a one-GPU machine).
+# The last: central inference (SEED RL's setting), the actors' forward passes on the learner's GPU.
 for run in "catch relay cuda:0" "catch_2learners sync cuda:0" "catch_2learners async cuda:0" \
-    "catch_2learners allreduce cuda" "catch_pixels_custom relay cuda:0"; do
+    "catch_2learners allreduce cuda" "catch_pixels_custom relay cuda:0" "catch relay cuda:0 actors.inference=central"; do
   set -- $run
+  extra=()
+  for s in "${@:4}"; do extra+=(--set "$s"); done
   dir=$(mktemp -d)/run
   # Each run is bounded (a hang is a failure, not a stuck check).
   if timeout "${GPU_RUN_SECONDS:-150}" "$GPU_DIR/bin/stampede" run "configs/$1.textproto" --run-dir "$dir" \
-      --set "learner.device=$3" --set "learner.update_mode=$2" --set stop.stop_at_target=true >"$dir.out" 2>&1 &&
-      grep -q '"stop_reason": *"target return reached"' "$dir/summary.json"; then
-    echo "$1 $2: target reached; $(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"{s['frames_to_target']} frames, {s['seconds_to_target']:.1f} s to target, {s['frames_per_second']:.0f} frames/s\")" "$dir/summary.json")"
+      --set "learner.device=$3" --set "learner.update_mode=$2" --set stop.stop_at_target=true "${extra[@]}" >"$dir.out" 2>&1 &&
+      grep -q '"stop_reason": *"target return reached"' "$dir/summary.json" &&
+      { [[ $# -lt 4 ]] || grep -q "inference server on cuda" "$dir/logs/learner-0.log"; }; then
+    echo "$1 $2 ${*:4}: target reached; $(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"{s['frames_to_target']} frames, {s['seconds_to_target']:.1f} s to target, {s['frames_per_second']:.0f} frames/s\")" "$dir/summary.json")"
   else
-    echo "$1 $2: FAILED (exit or no target); last lines:"
+    echo "$1 $2 ${*:4}: FAILED (exit or no target); last lines:"
     tail -15 "$dir.out"
     [[ -n "${OUT:-}" ]] && cp "$dir.out" "$OUT/$1_$2.log"
     status=1
   fi
 done
-echo "== 5. A suite with per-task action masks on the CUDA learner (catch_cartpole, PopArt off; runs to a 300k-frame budget)"
+echo "== 5. A suite with per-task action masks and PopArt on the CUDA learner (catch_cartpole: each task to its own target)"
 dir=$(mktemp -d)/run
 if timeout "${GPU_RUN_SECONDS:-150}" "$GPU_DIR/bin/stampede" run configs/catch_cartpole.textproto --run-dir "$dir" \
-    --set learner.device=cuda:0 --set learner.popart=false --set stop.total_env_frames=300000 \
-    --set stop.stop_at_target=false >"$dir.out" 2>&1 && grep -q '"stop_reason": *"frame budget' "$dir/summary.json"; then
-  echo "catch_cartpole (masks) on cuda:0: ran to its budget; $(python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(f\"{s['learner_steps']} learner steps, {s['frames_per_second']:.0f} frames/s\")" "$dir/summary.json")"
+    --set learner.device=cuda:0 >"$dir.out" 2>&1 && grep -q '"stop_reason": *"target return reached"' "$dir/summary.json"; then
+  echo "catch_cartpole (masks, PopArt) on cuda:0: every task reached its target; $(python3 -c "
+import json, sys
+s = json.load(open(sys.argv[1]))
+tasks = '; '.join(f\"{n}: {t['frames_to_target']} frames to target, PopArt scale {t.get('popart_scale', 1):.3g}\" for n, t in s['tasks'].items())
+print(f\"{tasks}; {s['learner_steps']} learner steps, {s['frames_per_second']:.0f} frames/s\")" "$dir/summary.json")"
 else
-  echo "catch_cartpole (masks) on cuda:0: FAILED; last lines:"
+  echo "catch_cartpole (masks, PopArt) on cuda:0: FAILED; last lines:"
   tail -15 "$dir.out"
-  [[ -n "${OUT:-}" ]] && cp "$dir.out" "$OUT/catch_cartpole_masks.log"
+  [[ -n "${OUT:-}" ]] && cp "$dir.out" "$OUT/catch_cartpole_popart.log"
   status=1
 fi
 exit $status

@@ -341,6 +341,8 @@ class GLstm {
                                                      tanh_c_.get(), out);
     }
   }
+  // The cell state c of every row after the last Forward [T1 * B, H] (its h is the output).
+  const float* cell() const { return c_.get(); }
   void Backward(Context& c, const float* p, const float* dout, float* dx, float* grad) {
     const int H = h_, T1 = T1_, B = B_;
     const int64_t rows = int64_t(T1) * B;

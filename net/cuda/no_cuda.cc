@@ -11,12 +11,22 @@ int DeviceCount(std::string* why) {
   return 0;
 }
 
-std::unique_ptr<Trainer> Trainer::Create(const ModelSpec&, int device, const TrainerOptions&,
-                                         std::string* error) {
+namespace {
+template <class T>
+std::unique_ptr<T> Unavailable(int device, std::string* error) {
   std::string why;
   DeviceCount(&why);
   *error = "cuda:" + std::to_string(device) + " is not available: " + why;
   return nullptr;
+}
+}  // namespace
+
+std::unique_ptr<Trainer> Trainer::Create(const ModelSpec&, int device, const TrainerOptions&, std::string* error) {
+  return Unavailable<Trainer>(device, error);
+}
+
+std::unique_ptr<Policy> Policy::Create(const ModelSpec&, int device, bool, std::string* error) {
+  return Unavailable<Policy>(device, error);
 }
 
 }  // namespace stampede::net::cuda

@@ -114,7 +114,19 @@ __global__ void AdvantageMoments(int TB, const uint8_t* valid, const float* pg_a
 // learner's diagnostics, as learner/loss.cc's Diagnose sums them): [sum vs, sum vs^2,
 // sum err, sum err^2, sum (rho - 1) - log rho, steps with rho > rho-bar]; moments: the
 // advantages' (AdvantageMoments) to standardise them, or null.
-__global__ void LossKernel(int TB, int B, LossParams lp, const float* policy, const float* values,
+// The value head: `raw` [rows, V] as the network gives it (V = 1 without PopArt, when
+// `values` is that same column); the loss's error is of raw's task column, normalised by
+// the task's PopArt statistics where `stats` is not null (learner/loss.cc's rule).
+struct ValueHead {
+  const float* raw = nullptr;
+  int V = 1;
+  const int32_t* tasks = nullptr;  // [B]
+  const float* stats = nullptr;    // "popart/stats" [2, V], or null
+};
+
+__device__ int TaskColumn(const ValueHead& vh, int b) { return vh.V == 1 ? 0 : vh.tasks[b]; }
+
+__global__ void LossKernel(int TB, int B, LossParams lp, const float* policy, const float* values, ValueHead vh,
                            const int32_t* actions, const float* box_actions, const uint8_t* valid,
                            const float* vs, const float* pg_adv, const float* log_rhos, double rho_bar,
                            const double* moments, float* dpolicy, float* dvalues, double* stats, double* diag) {
@@ -122,9 +134,10 @@ __global__ void LossKernel(int TB, int B, LossParams lp, const float* policy, co
   const int P = lp.policy.output_size(), K = lp.policy.action_size();
   if (i >= TB + B) return;
   float* dz = dpolicy + int64_t(i) * P;
+  float* dv = dvalues + int64_t(i) * vh.V;
+  for (int k = 0; k < vh.V; ++k) dv[k] = 0.f;
   if (i >= TB || !valid[i]) {  // bootstrap rows and env resets: no loss
     for (int j = 0; j < P; ++j) dz[j] = 0.f;
-    dvalues[i] = 0.f;
     return;
   }
   float a[kMaxActionComponents];
@@ -133,8 +146,12 @@ __global__ void LossKernel(int TB, int B, LossParams lp, const float* policy, co
   const double adv =
       moments ? StandardisedAdvantage(pg_adv[i], moments[0], moments[1], moments[2]) : double(pg_adv[i]);
   const double err = double(values[i]) - double(vs[i]);
+  const int k = TaskColumn(vh, i % B);
+  // PopArt: the normalised output's error against the normalised target.
+  const double loss_err =
+      vh.stats ? double(vh.raw[int64_t(i) * vh.V + k]) - (double(vs[i]) - vh.stats[k]) / vh.stats[vh.V + k] : err;
   atomicAdd(&stats[0], -adv * PolicyLogProb(lp.policy, out, a));
-  atomicAdd(&stats[1], 0.5 * err * err);
+  atomicAdd(&stats[1], 0.5 * loss_err * loss_err);
   atomicAdd(&stats[2], PolicyEntropy(lp.policy, out));
   atomicAdd(&stats[3], 1.0);
   const double v = vs[i], log_rho = log_rhos[i], rho = exp(log_rho);
@@ -145,7 +162,71 @@ __global__ void LossKernel(int TB, int B, LossParams lp, const float* policy, co
   atomicAdd(&diag[4], (rho - 1) - log_rho);
   if (rho_bar > 0 && rho > rho_bar) atomicAdd(&diag[5], 1.0);
   PolicyGrad(lp.policy, out, a, -adv, -lp.entropy_cost, dz);
-  dvalues[i] = float(lp.baseline_cost * err);
+  dv[k] = float(lp.baseline_cost * loss_err);
+}
+
+// Each row's value in its task's units: the task's column of the head, unnormalised by
+// its PopArt statistics (learner/loss.cc RunNet).
+__global__ void TaskValues(int64_t rows, int B, ValueHead vh, float* values) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= rows) return;
+  const int k = TaskColumn(vh, int(i % B));
+  const float raw = vh.raw[i * vh.V + k];
+  values[i] = vh.stats ? vh.stats[vh.V + k] * raw + vh.stats[k] : raw;
+}
+
+// PopArt: advantages in the task's normalised units (Hessel et al. 2019, eq. 9).
+__global__ void NormaliseAdvantages(int TB, int B, ValueHead vh, float* pg_adv) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= TB) return;
+  pg_adv[i] /= vh.stats[vh.V + TaskColumn(vh, i % B)];
+}
+
+// PopArt: per task, [sum of vs, sum of vs^2, count] over the valid steps.
+__global__ void PopArtMoments(int TB, int B, ValueHead vh, const uint8_t* valid, const float* vs, double* sums) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= TB || !valid[i]) return;
+  const int k = TaskColumn(vh, i % B);
+  const double v = vs[i];
+  atomicAdd(&sums[3 * k], v);
+  atomicAdd(&sums[3 * k + 1], v * v);
+  atomicAdd(&sums[3 * k + 2], 1.0);
+}
+
+// PopArt's update after the optimizer step, one block per task (learner/popart.cc
+// PopArtUpdate: the same double arithmetic, the new statistics rounded to float before
+// the head is rescaled by them). Skipped with the step when the gradient was not finite.
+__global__ void PopArtApply(float* params, int64_t stats_at, int64_t w_at, int64_t b_at, int features, int V,
+                            const double* sums, double beta, double min_scale, double max_scale,
+                            const double* sq_norm) {
+  const int k = blockIdx.x;
+  if (k >= V || sums[3 * k + 2] == 0 || !isfinite(sqrt(*sq_norm))) return;
+  __shared__ double scales[2];  // old / new scale, new mean
+  __shared__ double new_mean_s;
+  float* stats = params + stats_at;
+  if (threadIdx.x == 0) {
+    const double n = sums[3 * k + 2];
+    const double target_mean = sums[3 * k] / n, target_square = sums[3 * k + 1] / n;
+    const double old_mean = stats[k], old_scale = stats[V + k];
+    const double new_mean = float((1 - beta) * old_mean + beta * target_mean);
+    const double second = (1 - beta) * (old_scale * old_scale + old_mean * old_mean) + beta * target_square;
+    const double new_scale = float(fmin(fmax(sqrt(fmax(0.0, second - new_mean * new_mean)), min_scale), max_scale));
+    scales[0] = old_scale;
+    scales[1] = new_scale;
+    new_mean_s = new_mean;
+    float& b = params[b_at + k];
+    b = float((old_scale * double(b) + old_mean - new_mean) / new_scale);
+  }
+  __syncthreads();
+  for (int f = threadIdx.x; f < features; f += blockDim.x) {
+    float& w = params[w_at + int64_t(f) * V + k];
+    w = float(double(w) * scales[0] / scales[1]);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    stats[k] = float(new_mean_s);
+    stats[V + k] = float(scales[1]);
+  }
 }
 
 __global__ void SquaredNorm(const float* g, int64_t n, double* out) {
@@ -165,33 +246,212 @@ __global__ void ClipAndUpdate(float* w, float* ms, float* mom, const float* g, i
   OptimizerElement(hyper, step, w[i], ms[i], mom[i], g[i] * scale);
 }
 
+// ---- the device context ----------------------------------------------------------------
+
+// A stream with its cuBLAS and cuDNN handles on `device`, for the trainer or the policy.
+void OpenContext(Context& ctx, int device, bool allow_tf32) {
+  STAMPEDE_CUDA_CHECK(cudaSetDevice(device));
+  STAMPEDE_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking));
+  STAMPEDE_CUBLAS_CHECK(cublasCreate(&ctx.blas));
+  STAMPEDE_CUBLAS_CHECK(cublasSetStream(ctx.blas, ctx.stream));
+  STAMPEDE_CUBLAS_CHECK(cublasSetMathMode(ctx.blas, CUBLAS_DEFAULT_MATH));
+  STAMPEDE_CUDNN_CHECK(cudnnCreate(&ctx.dnn));
+  STAMPEDE_CUDNN_CHECK(cudnnSetStream(ctx.dnn, ctx.stream));
+  ctx.allow_tf32 = allow_tf32;
+}
+void CloseContext(Context& ctx) {
+  cudnnDestroy(ctx.dnn);
+  cublasDestroy(ctx.blas);
+  cudaStreamDestroy(ctx.stream);
+}
+
+// ---- the network ----------------------------------------------------------------------
+
+// Step t's state [B, 2H] ([h, c] per row, the CPU model's layout) after an LSTM forward.
+__global__ void PackLstmState(int B, int H, const float* h, const float* c, float* state) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= B * H) return;
+  const int b = i / H, j = i % H;
+  state[int64_t(b) * 2 * H + j] = h[i];
+  state[int64_t(b) * 2 * H + H + j] = c[i];
+}
+
+// The network on the device, built as the CPU model builds it (net/model.cc): the torso's
+// layers (net/network.h's list), the LSTM core, the policy head and the value head, over
+// the same flat parameter layout. The trainer and the acting policy each own one.
+class GModel {
+ public:
+  explicit GModel(const ModelSpec& spec) : spec_(spec) {
+    const Torso torso = TorsoOf(spec_);
+    images_ = torso.images();
+    std::vector<LayerIo> io;
+    std::string error;
+    if (!TorsoShapes(torso, spec_.obs_shape, &io, &error)) throw std::invalid_argument(error);
+    layout_.set_tag(torso.tag);
+    feature_ = spec_.obs_size();
+    for (size_t i = 0; i < torso.layers.size(); ++i) {
+      const LayerSpec& l = torso.layers[i];
+      const ImageShape in = io[i].in;
+      switch (l.kind) {
+        case LayerSpec::Kind::kDense:
+          torso_.push_back(std::make_unique<GDense>(&layout_, l.name, in.size(), l.units));
+          break;
+        case LayerSpec::Kind::kConv:
+          torso_.push_back(std::make_unique<GConv>(&layout_, l.name, in, l.channels, l.kernel, l.stride, l.pad));
+          break;
+        case LayerSpec::Kind::kMaxPool:
+          torso_.push_back(std::make_unique<GMaxPool>(in, l.kernel, l.stride, l.pad));
+          break;
+        case LayerSpec::Kind::kResidual:
+          torso_.push_back(std::make_unique<GResidual>(&layout_, l.name, in));
+          break;
+        case LayerSpec::Kind::kRelu:
+        case LayerSpec::Kind::kTanh:
+          torso_.push_back(std::make_unique<GActivation>(in.size(), l.kind == LayerSpec::Kind::kTanh));
+          break;
+      }
+      feature_ = io[i].out.size();
+    }
+    if (spec_.lstm_size > 0) {
+      core_ = std::make_unique<GLstm>(&layout_, feature_, spec_.lstm_size);
+      feature_ = spec_.lstm_size;
+    }
+    head_outputs_ = gaussian() ? spec_.policy.num_components : spec_.policy.output_size();
+    policy_head_ = std::make_unique<GDense>(&layout_, "policy", feature_, head_outputs_);
+    if (gaussian()) log_std_ = layout_.Add("policy/log_std", {spec_.policy.num_components});
+    baseline_ = std::make_unique<GDense>(&layout_, "baseline", feature_, spec_.num_values);
+    if (spec_.popart) popart_stats_ = layout_.Add("popart/stats", {2, spec_.num_values});
+    const ParamLayout cpu = ModelLayout(spec_);
+    if (cpu.Fingerprint() != layout_.Fingerprint()) throw std::logic_error("CUDA model layout differs from the CPU model's");
+  }
+
+  const ParamLayout& layout() const { return layout_; }
+  int feature() const { return feature_; }
+  int64_t popart_stats() const { return popart_stats_; }
+  int64_t baseline_w() const { return layout_.Find("baseline/w").offset; }
+  int64_t baseline_b() const { return layout_.Find("baseline/b").offset; }
+
+  // Forward over T1 x B time-major rows from device observations `obs` (the spec's dtype):
+  // policy outputs [rows, policy_size] and the value head's [rows, num_values]. `first`
+  // [rows] (device) resets the core's state; `initial` [B, 2H] (device, may be null) is
+  // the state entering row 0. Keeps the activations for Backward.
+  void Forward(Context& c, const float* p, const void* obs, int T1, int B, const uint8_t* first, const float* initial,
+               float* policy, float* values) {
+    const int64_t rows = int64_t(T1) * B;
+    const int D = spec_.obs_size();
+    rows_ = rows;
+    input_.Resize(size_t(rows) * D);
+    if (spec_.uint8_obs) {
+      ToInputU8<<<Blocks(rows * D), 256, 0, c.stream>>>(static_cast<const uint8_t*>(obs), rows * D, input_.get());
+    } else {
+      STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(input_.get(), obs, sizeof(float) * rows * D, cudaMemcpyDeviceToDevice,
+                                          c.stream));
+    }
+    if (spec_.center_frames && images_) {
+      // net.center_frames, as the CPU model does it (net/model.h CenterChannel).
+      const int64_t area = int64_t(spec_.obs_shape[spec_.obs_shape.size() - 2]) * spec_.obs_shape.back();
+      CenterChannels<<<unsigned(rows * (D / area)), 256, 0, c.stream>>>(input_.get(), area);
+    }
+    acts_.resize(torso_.size() + 1);
+    const float* x = input_.get();
+    for (size_t i = 0; i < torso_.size(); ++i) {
+      acts_[i + 1].Resize(size_t(rows) * torso_[i]->out_size());
+      torso_[i]->Forward(c, p, x, int(rows), acts_[i + 1].get());
+      x = acts_[i + 1].get();
+    }
+    h_ = x;
+    if (core_) {
+      core_out_.Resize(size_t(rows) * spec_.lstm_size);
+      core_->Forward(c, p, h_, T1, B, first, initial, core_out_.get());
+      h_ = core_out_.get();
+    }
+    if (gaussian()) {
+      head_tmp_.Resize(size_t(rows) * head_outputs_);
+      policy_head_->Forward(c, p, h_, int(rows), head_tmp_.get());
+      GaussianOutputs<<<Blocks(rows * head_outputs_), 256, 0, c.stream>>>(head_tmp_.get(), p + log_std_, rows,
+                                                                           head_outputs_, policy);
+    } else {
+      policy_head_->Forward(c, p, h_, int(rows), policy);
+    }
+    baseline_->Forward(c, p, h_, int(rows), values);
+  }
+
+  // The last step's core state [B, 2H] (device) after Forward (with a core).
+  void FinalState(Context& c, int T1, int B, float* state) {
+    const int H = spec_.lstm_size;
+    PackLstmState<<<Blocks(B * H), 256, 0, c.stream>>>(B, H, core_out_.get() + int64_t(T1 - 1) * B * H,
+                                                       core_->cell() + int64_t(T1 - 1) * B * H, state);
+  }
+
+  // Given dLoss/dpolicy [rows, policy_size] and dLoss/dvalues [rows, num_values] for the
+  // last Forward, ADDS dLoss/dparams into grad (device). dpolicy is overwritten.
+  void Backward(Context& c, const float* p, float* dpolicy, const float* dvalues, float* grad) {
+    const int64_t rows = rows_;
+    const int F = feature_;
+    dA_.Resize(size_t(rows) * MaxWidth()), dB_.Resize(size_t(rows) * MaxWidth());
+    float* dcur = dA_.get();
+    float* dnext = dB_.get();
+    const float* dhead = dpolicy;
+    if (gaussian()) {
+      GaussianLogStdGrad<<<Blocks(head_outputs_), 256, 0, c.stream>>>(dpolicy, rows, head_outputs_, grad + log_std_);
+      GaussianSplit<<<Blocks(rows * head_outputs_), 256, 0, c.stream>>>(dpolicy, rows, head_outputs_, head_tmp_.get());
+      dhead = head_tmp_.get();
+    }
+    policy_head_->Backward(c, p, h_, nullptr, dhead, int(rows), dcur, grad);
+    baseline_->Backward(c, p, h_, nullptr, dvalues, int(rows), dnext, grad);
+    AddInto<<<Blocks(rows * F), 256, 0, c.stream>>>(dcur, dnext, rows * F);
+    if (core_) {
+      core_->Backward(c, p, dcur, dnext, grad);
+      std::swap(dcur, dnext);
+    }
+    for (size_t i = torso_.size(); i-- > 0;) {
+      const float* in = i == 0 ? input_.get() : acts_[i].get();
+      torso_[i]->Backward(c, p, in, acts_[i + 1].get(), dcur, int(rows), i > 0 ? dnext : nullptr, grad);
+      if (i > 0) std::swap(dcur, dnext);
+    }
+  }
+
+ private:
+  bool gaussian() const { return spec_.policy.kind == PolicyKind::kGaussian; }
+  int MaxWidth() const {
+    int w = spec_.obs_size();
+    for (const auto& l : torso_) w = std::max({w, l->in_size(), l->out_size()});
+    return std::max(w, feature_);
+  }
+
+  ModelSpec spec_;
+  ParamLayout layout_;
+  std::vector<std::unique_ptr<GLayer>> torso_;
+  std::unique_ptr<GLstm> core_;
+  std::unique_ptr<GDense> policy_head_, baseline_;
+  int64_t log_std_ = -1, popart_stats_ = -1;
+  int feature_ = 0, head_outputs_ = 0;
+  bool images_ = false;  // the torso takes images (net.center_frames applies)
+  int64_t rows_ = 0;     // of the last Forward
+  const float* h_ = nullptr;  // the heads' input in the last Forward
+  DeviceArray<float> input_, core_out_, head_tmp_, dA_, dB_;
+  std::vector<DeviceArray<float>> acts_;
+};
+
 // ---- the trainer -----------------------------------------------------------------------
 
 class CudaTrainer : public Trainer {
  public:
   CudaTrainer(const ModelSpec& spec, int device, const TrainerOptions& opt)
       : spec_(spec), opt_(opt), device_(device) {
-    STAMPEDE_CUDA_CHECK(cudaSetDevice(device));
-    STAMPEDE_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
+    OpenContext(ctx_, device, opt.allow_tf32);
     STAMPEDE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-    STAMPEDE_CUBLAS_CHECK(cublasCreate(&ctx_.blas));
-    STAMPEDE_CUBLAS_CHECK(cublasSetStream(ctx_.blas, ctx_.stream));
-    STAMPEDE_CUBLAS_CHECK(cublasSetMathMode(ctx_.blas, CUBLAS_DEFAULT_MATH));
-    STAMPEDE_CUDNN_CHECK(cudnnCreate(&ctx_.dnn));
-    STAMPEDE_CUDNN_CHECK(cudnnSetStream(ctx_.dnn, ctx_.stream));
-    ctx_.allow_tf32 = opt.allow_tf32;
-    Build();
-    const ParamLayout cpu = ModelLayout(spec_);
-    if (cpu.Fingerprint() != layout_.Fingerprint()) {
-      throw std::logic_error("CUDA model layout differs from the CPU model's");
-    }
+    model_ = std::make_unique<GModel>(spec_);
+    if (opt_.popart && !spec_.popart) throw std::invalid_argument("PopArt asked for, but the network has no PopArt head");
     const int T = opt_.unroll_length, B = opt_.batch_size;
     rows_ = int64_t(T + 1) * B;
-    const int64_t N = layout_.total_size();
+    const int64_t N = layout().total_size();
     params_.Resize(N), grad_.Resize(N), ms_.Resize(N), mom_.Resize(N);
     const int P = spec_.policy.output_size(), K = spec_.policy.action_size(), D = spec_.obs_size();
-    input_.Resize(rows_ * D);
-    policy_.Resize(rows_ * P), values_.Resize(rows_), dpolicy_.Resize(rows_ * P), dvalues_.Resize(rows_);
+    V_ = spec_.num_values;
+    policy_.Resize(rows_ * P), values_.Resize(rows_), dpolicy_.Resize(rows_ * P), dvalues_.Resize(rows_ * V_);
+    if (Normalised()) raw_values_.Resize(rows_ * V_);
+    if (opt_.popart) popart_sums_.Resize(3 * V_);
     first_.Resize(rows_);
     const int64_t TB = int64_t(T) * B;
     log_rhos_.Resize(TB), discounts_.Resize(TB), rewards_.Resize(TB), vs_.Resize(TB), pg_adv_.Resize(TB);
@@ -233,18 +493,16 @@ class CudaTrainer : public Trainer {
       cudaEventDestroy(consumed_[i]);
     }
     cudaFreeHost(host_stats_);
-    torso_.clear();
-    cudnnDestroy(ctx_.dnn);
-    cublasDestroy(ctx_.blas);
-    cudaStreamDestroy(ctx_.stream);
+    model_.reset();
+    CloseContext(ctx_);
     cudaStreamDestroy(copy_stream_);
   }
 
-  const ParamLayout& layout() const override { return layout_; }
+  const ParamLayout& layout() const override { return model_->layout(); }
 
   void SetState(std::span<const float> p, std::span<const float> ms, std::span<const float> mom) override {
     Device();
-    const size_t bytes = sizeof(float) * size_t(layout_.total_size());
+    const size_t bytes = sizeof(float) * size_t(layout().total_size());
     STAMPEDE_CUDA_CHECK(cudaMemcpy(params_.get(), p.data(), bytes, cudaMemcpyHostToDevice));
     STAMPEDE_CUDA_CHECK(cudaMemcpy(ms_.get(), ms.data(), bytes, cudaMemcpyHostToDevice));
     STAMPEDE_CUDA_CHECK(cudaMemcpy(mom_.get(), mom.data(), bytes, cudaMemcpyHostToDevice));
@@ -302,12 +560,24 @@ class CudaTrainer : public Trainer {
   void Launch(double lr, int64_t step) override {
     Device();
     Compute();
-    const int64_t N = layout_.total_size();
+    const int64_t N = layout().total_size();
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 4, 0, sizeof(double), ctx_.stream));
     SquaredNorm<<<256, 256, 0, ctx_.stream>>>(grad_.get(), N, stats_.get() + 4);
     ClipAndUpdate<<<Blocks(N), 256, 0, ctx_.stream>>>(params_.get(), ms_.get(), mom_.get(), grad_.get(), N,
                                                        stats_.get() + 4, opt_.max_grad_norm, opt_.optimizer,
                                                        MakeOptimizerStep(opt_.optimizer, lr, step));
+    if (opt_.popart) {
+      // The statistics of the targets this step trained on, then the head rescaled.
+      const int T = opt_.unroll_length, B = opt_.batch_size, TB = T * B;
+      STAMPEDE_CUDA_CHECK(cudaMemsetAsync(popart_sums_.get(), 0, 3 * V_ * sizeof(double), ctx_.stream));
+      PopArtMoments<<<Blocks(TB), 256, 0, ctx_.stream>>>(TB, B, Head(staged_[current_slot_].get()),
+                                                         staged_[current_slot_].get() + off_.valid, vs_.get(),
+                                                         popart_sums_.get());
+      PopArtApply<<<V_, 128, 0, ctx_.stream>>>(params_.get(), model_->popart_stats(), model_->baseline_w(),
+                                               model_->baseline_b(), model_->feature(), V_,
+                                               popart_sums_.get(), opt_.popart_beta, kPopArtMinScale, kPopArtMaxScale,
+                                               stats_.get() + 4);
+    }
     STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), kStats * sizeof(double), cudaMemcpyDeviceToHost,
                                         ctx_.stream));
   }
@@ -319,19 +589,19 @@ class CudaTrainer : public Trainer {
 
   void LaunchGradient(std::span<const float> p) override {
     Device();
-    if (p.size() != size_t(layout_.total_size())) throw std::logic_error("CUDA trainer: parameters of another size");
+    if (p.size() != size_t(layout().total_size())) throw std::logic_error("CUDA trainer: parameters of another size");
     STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(params_.get(), p.data(), sizeof(float) * p.size(), cudaMemcpyHostToDevice,
                                         ctx_.stream));
     Compute();
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 4, 0, sizeof(double), ctx_.stream));
-    SquaredNorm<<<256, 256, 0, ctx_.stream>>>(grad_.get(), layout_.total_size(), stats_.get() + 4);
+    SquaredNorm<<<256, 256, 0, ctx_.stream>>>(grad_.get(), layout().total_size(), stats_.get() + 4);
     STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), kStats * sizeof(double), cudaMemcpyDeviceToHost,
                                         ctx_.stream));
   }
 
   StepStats WaitGradient(std::span<float> grad) override {
     Device();
-    if (grad.size() != size_t(layout_.total_size())) throw std::logic_error("CUDA trainer: gradient of another size");
+    if (grad.size() != size_t(layout().total_size())) throw std::logic_error("CUDA trainer: gradient of another size");
     STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(grad.data(), grad_.get(), sizeof(float) * grad.size(), cudaMemcpyDeviceToHost,
                                         ctx_.stream));
     return Finish();  // synchronises the stream: the copy is complete
@@ -341,7 +611,7 @@ class CudaTrainer : public Trainer {
                                std::vector<float>* grad) override {
     Device();
     Compute();
-    const int64_t N = layout_.total_size();
+    const int64_t N = layout().total_size();
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 4, 0, sizeof(double), ctx_.stream));
     SquaredNorm<<<256, 256, 0, ctx_.stream>>>(grad_.get(), N, stats_.get() + 4);
     STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), kStats * sizeof(double), cudaMemcpyDeviceToHost,
@@ -349,10 +619,11 @@ class CudaTrainer : public Trainer {
     StepStats st = Finish();
     const int P = spec_.policy.output_size();
     policy->resize(size_t(rows_) * P);
-    values->resize(size_t(rows_));
+    values->resize(size_t(rows_) * V_);
     grad->resize(size_t(N));
     STAMPEDE_CUDA_CHECK(cudaMemcpy(policy->data(), policy_.get(), sizeof(float) * policy->size(), cudaMemcpyDeviceToHost));
-    STAMPEDE_CUDA_CHECK(cudaMemcpy(values->data(), values_.get(), sizeof(float) * values->size(), cudaMemcpyDeviceToHost));
+    STAMPEDE_CUDA_CHECK(cudaMemcpy(values->data(), Normalised() ? raw_values_.get() : values_.get(),
+                                   sizeof(float) * values->size(), cudaMemcpyDeviceToHost));
     STAMPEDE_CUDA_CHECK(cudaMemcpy(grad->data(), grad_.get(), sizeof(float) * grad->size(), cudaMemcpyDeviceToHost));
     return st;
   }
@@ -366,47 +637,15 @@ class CudaTrainer : public Trainer {
     packed_bytes_ += (bytes + 255) / 256 * 256;
   }
 
-  void Build() {
-    // The torso's layer list (net/network.h), as the CPU model builds it.
-    const Torso torso = TorsoOf(spec_);
-    images_ = torso.images();
-    std::vector<LayerIo> io;
-    std::string error;
-    if (!TorsoShapes(torso, spec_.obs_shape, &io, &error)) throw std::invalid_argument(error);
-    layout_.set_tag(torso.tag);
-    feature_ = spec_.obs_size();
-    for (size_t i = 0; i < torso.layers.size(); ++i) {
-      const LayerSpec& l = torso.layers[i];
-      const ImageShape in = io[i].in;
-      switch (l.kind) {
-        case LayerSpec::Kind::kDense:
-          torso_.push_back(std::make_unique<GDense>(&layout_, l.name, in.size(), l.units));
-          break;
-        case LayerSpec::Kind::kConv:
-          torso_.push_back(std::make_unique<GConv>(&layout_, l.name, in, l.channels, l.kernel, l.stride, l.pad));
-          break;
-        case LayerSpec::Kind::kMaxPool:
-          torso_.push_back(std::make_unique<GMaxPool>(in, l.kernel, l.stride, l.pad));
-          break;
-        case LayerSpec::Kind::kResidual:
-          torso_.push_back(std::make_unique<GResidual>(&layout_, l.name, in));
-          break;
-        case LayerSpec::Kind::kRelu:
-        case LayerSpec::Kind::kTanh:
-          torso_.push_back(std::make_unique<GActivation>(in.size(), l.kind == LayerSpec::Kind::kTanh));
-          break;
-      }
-      feature_ = io[i].out.size();
-    }
-    if (spec_.lstm_size > 0) {
-      core_ = std::make_unique<GLstm>(&layout_, feature_, spec_.lstm_size);
-      feature_ = spec_.lstm_size;
-    }
-    const bool gaussian = spec_.policy.kind == PolicyKind::kGaussian;
-    head_outputs_ = gaussian ? spec_.policy.num_components : spec_.policy.output_size();
-    policy_head_ = std::make_unique<GDense>(&layout_, "policy", feature_, head_outputs_);
-    if (gaussian) log_std_ = layout_.Add("policy/log_std", {spec_.policy.num_components});
-    baseline_ = std::make_unique<GDense>(&layout_, "baseline", feature_, 1);
+  // The value head has several outputs or PopArt statistics: values_ is computed from it.
+  bool Normalised() const { return V_ > 1 || spec_.popart; }
+  ValueHead Head(const uint8_t* staged) const {
+    ValueHead vh;
+    vh.raw = Normalised() ? raw_values_.get() : values_.get();
+    vh.V = V_;
+    vh.tasks = reinterpret_cast<const int32_t*>(staged + off_.tasks);
+    vh.stats = opt_.popart ? params_.get() + model_->popart_stats() : nullptr;
+    return vh;
   }
 
   // Forward, targets, loss and gradient (into grad_) on the current staged batch.
@@ -417,7 +656,7 @@ class CudaTrainer : public Trainer {
     uint8_t* d = staged_[slot].get();
     const int T = opt_.unroll_length, B = opt_.batch_size, T1 = T + 1;
     const int TB = T * B;
-    const int P = spec_.policy.output_size(), D = spec_.obs_size();
+    const int P = spec_.policy.output_size();
     const int64_t rows = rows_;
     const float* p = params_.get();
     const int32_t* actions = spec_.policy.kind == PolicyKind::kGaussian ? nullptr : reinterpret_cast<int32_t*>(d + off_.actions);
@@ -425,49 +664,16 @@ class CudaTrainer : public Trainer {
     const uint8_t* terminated = d + off_.terminated;
     const uint8_t* truncated = d + off_.truncated;
     const uint8_t* valid = d + off_.valid;
-    // Input.
-    if (spec_.uint8_obs) {
-      ToInputU8<<<Blocks(rows * D), 256, 0, ctx_.stream>>>(d + off_.obs, rows * D, input_.get());
-    } else {
-      STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(input_.get(), d + off_.obs, sizeof(float) * rows * D,
-                                          cudaMemcpyDeviceToDevice, ctx_.stream));
-    }
-    if (spec_.center_frames && images_) {
-      // net.center_frames, as the CPU model does it (net/model.h CenterChannel).
-      const int64_t area = int64_t(spec_.obs_shape[spec_.obs_shape.size() - 2]) * spec_.obs_shape.back();
-      CenterChannels<<<unsigned(rows * (D / area)), 256, 0, ctx_.stream>>>(input_.get(), area);
-    }
     EpisodeStarts<<<Blocks(rows), 256, 0, ctx_.stream>>>(T, B, terminated, truncated, valid, first_.get());
-    // Forward.
-    acts_.resize(torso_.size() + 1);
-    const float* x = input_.get();
-    for (size_t i = 0; i < torso_.size(); ++i) {
-      acts_[i + 1].Resize(size_t(rows) * torso_[i]->out_size());
-      torso_[i]->Forward(ctx_, p, x, int(rows), acts_[i + 1].get());
-      x = acts_[i + 1].get();
+    const ValueHead vh = Head(d);
+    model_->Forward(ctx_, p, d + off_.obs, T1, B, first_.get(), reinterpret_cast<float*>(d + off_.initial_state),
+                    policy_.get(), Normalised() ? raw_values_.get() : values_.get());
+    if (!opt_.action_limits.empty()) {
+      MaskLogits<<<Blocks(rows * P), 256, 0, ctx_.stream>>>(rows, B, P, reinterpret_cast<int32_t*>(d + off_.tasks),
+                                                            limits_.get(), int(opt_.action_limits.size()),
+                                                            policy_.get());
     }
-    const float* h = x;
-    if (core_) {
-      core_out_.Resize(size_t(rows) * spec_.lstm_size);
-      core_->Forward(ctx_, p, h, T1, B, first_.get(),
-                     reinterpret_cast<float*>(d + off_.initial_state), core_out_.get());
-      h = core_out_.get();
-    }
-    const bool gaussian = spec_.policy.kind == PolicyKind::kGaussian;
-    if (gaussian) {
-      head_tmp_.Resize(size_t(rows) * head_outputs_);
-      policy_head_->Forward(ctx_, p, h, int(rows), head_tmp_.get());
-      GaussianOutputs<<<Blocks(rows * head_outputs_), 256, 0, ctx_.stream>>>(head_tmp_.get(), p + log_std_, rows,
-                                                                              head_outputs_, policy_.get());
-    } else {
-      policy_head_->Forward(ctx_, p, h, int(rows), policy_.get());
-      if (!opt_.action_limits.empty()) {
-        MaskLogits<<<Blocks(rows * P), 256, 0, ctx_.stream>>>(rows, B, P, reinterpret_cast<int32_t*>(d + off_.tasks),
-                                                              limits_.get(), int(opt_.action_limits.size()),
-                                                              policy_.get());
-      }
-    }
-    baseline_->Forward(ctx_, p, h, int(rows), values_.get());
+    if (Normalised()) TaskValues<<<Blocks(rows), 256, 0, ctx_.stream>>>(rows, B, vh, values_.get());
     // Targets (V-trace) and the loss gradient.
     LossParams lp{spec_.policy, opt_.discount, opt_.baseline_cost, opt_.entropy_cost, opt_.reward_clip,
                   opt_.reward_scale, opt_.bootstrap_on_truncation};
@@ -477,6 +683,7 @@ class CudaTrainer : public Trainer {
         reinterpret_cast<float*>(d + off_.truncation_values), log_rhos_.get(), discounts_.get(), rewards_.get());
     VTraceKernel<<<Blocks(B, 64), 64, 0, ctx_.stream>>>(T, B, opt_.clips, log_rhos_.get(), discounts_.get(),
                                                         rewards_.get(), values_.get(), vs_.get(), pg_adv_.get());
+    if (opt_.popart) NormaliseAdvantages<<<Blocks(TB), 256, 0, ctx_.stream>>>(TB, B, vh, pg_adv_.get());
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get(), 0, 4 * sizeof(double), ctx_.stream));
     STAMPEDE_CUDA_CHECK(cudaMemsetAsync(stats_.get() + 8, 0, 6 * sizeof(double), ctx_.stream));
     const double* moments = nullptr;
@@ -485,43 +692,13 @@ class CudaTrainer : public Trainer {
       AdvantageMoments<<<Blocks(TB), 256, 0, ctx_.stream>>>(TB, valid, pg_adv_.get(), stats_.get() + 5);
       moments = stats_.get() + 5;
     }
-    LossKernel<<<Blocks(TB + B), 256, 0, ctx_.stream>>>(TB, B, lp, policy_.get(), values_.get(), actions, box, valid,
+    LossKernel<<<Blocks(TB + B), 256, 0, ctx_.stream>>>(TB, B, lp, policy_.get(), values_.get(), vh, actions, box, valid,
                                                         vs_.get(), pg_adv_.get(), log_rhos_.get(), opt_.clips.rho,
                                                         moments, dpolicy_.get(), dvalues_.get(), stats_.get(),
                                                         stats_.get() + 8);
-    // Backward, through two scratch buffers wide enough for any layer's input.
-    STAMPEDE_CUDA_CHECK(cudaMemsetAsync(grad_.get(), 0, sizeof(float) * layout_.total_size(), ctx_.stream));
-    const int F = feature_;
-    dA_.Resize(size_t(rows) * MaxWidth()), dB_.Resize(size_t(rows) * MaxWidth());
-    float* dcur = dA_.get();
-    float* dnext = dB_.get();
-    const float* dhead = dpolicy_.get();
-    if (gaussian) {
-      GaussianLogStdGrad<<<Blocks(head_outputs_), 256, 0, ctx_.stream>>>(dpolicy_.get(), rows, head_outputs_,
-                                                                          grad_.get() + log_std_);
-      GaussianSplit<<<Blocks(rows * head_outputs_), 256, 0, ctx_.stream>>>(dpolicy_.get(), rows, head_outputs_,
-                                                                            head_tmp_.get());
-      dhead = head_tmp_.get();
-    }
-    policy_head_->Backward(ctx_, p, h, nullptr, dhead, int(rows), dcur, grad_.get());
-    baseline_->Backward(ctx_, p, h, nullptr, dvalues_.get(), int(rows), dnext, grad_.get());
-    AddInto<<<Blocks(rows * F), 256, 0, ctx_.stream>>>(dcur, dnext, rows * F);
-    if (core_) {
-      core_->Backward(ctx_, p, dcur, dnext, grad_.get());
-      std::swap(dcur, dnext);
-    }
-    for (size_t i = torso_.size(); i-- > 0;) {
-      const float* in = i == 0 ? input_.get() : acts_[i].get();
-      torso_[i]->Backward(ctx_, p, in, acts_[i + 1].get(), dcur, int(rows), i > 0 ? dnext : nullptr, grad_.get());
-      if (i > 0) std::swap(dcur, dnext);
-    }
+    STAMPEDE_CUDA_CHECK(cudaMemsetAsync(grad_.get(), 0, sizeof(float) * layout().total_size(), ctx_.stream));
+    model_->Backward(ctx_, p, dpolicy_.get(), dvalues_.get(), grad_.get());
     STAMPEDE_CUDA_CHECK(cudaEventRecord(consumed_[slot], ctx_.stream));
-  }
-
-  int MaxWidth() const {
-    int w = spec_.obs_size();
-    for (const auto& l : torso_) w = std::max({w, l->in_size(), l->out_size()});
-    return std::max(w, feature_);
   }
 
   // The calling thread works on this trainer's device.
@@ -552,20 +729,16 @@ class CudaTrainer : public Trainer {
   int device_ = 0;
   Context ctx_;
   cudaStream_t copy_stream_ = nullptr;
-  ParamLayout layout_;
-  std::vector<std::unique_ptr<GLayer>> torso_;
-  std::unique_ptr<GLstm> core_;
-  std::unique_ptr<GDense> policy_head_, baseline_;
-  int64_t log_std_ = -1;
-  int feature_ = 0, head_outputs_ = 0;
-  bool images_ = false;  // the torso takes images (net.center_frames applies)
+  std::unique_ptr<GModel> model_;
   int64_t rows_ = 0;
-  DeviceArray<float> params_, grad_, ms_, mom_, input_, policy_, values_, dpolicy_, dvalues_;
-  DeviceArray<float> log_rhos_, discounts_, rewards_, vs_, pg_adv_, core_out_, head_tmp_, dA_, dB_;
+  DeviceArray<float> params_, grad_, ms_, mom_, policy_, values_, dpolicy_, dvalues_;
+  DeviceArray<float> log_rhos_, discounts_, rewards_, vs_, pg_adv_;
+  DeviceArray<float> raw_values_;  // the value head's [rows, V] where values_ is computed from it
+  DeviceArray<double> popart_sums_;  // PopArt: per task [sum vs, sum vs^2, count]
+  int V_ = 1;
   DeviceArray<uint8_t> first_;
   DeviceArray<int32_t> limits_;  // TrainerOptions::action_limits, on the device
   DeviceArray<double> stats_;
-  std::vector<DeviceArray<float>> acts_;
   Offsets off_{};
   size_t packed_bytes_ = 0;
   uint8_t* pinned_[2] = {nullptr, nullptr};
@@ -574,6 +747,86 @@ class CudaTrainer : public Trainer {
   int next_slot_ = 0, current_slot_ = -1;
   static constexpr int kStats = 14;
   double* host_stats_ = nullptr;
+};
+
+
+// ---- acting ----------------------------------------------------------------------------
+
+class CudaPolicy : public Policy {
+ public:
+  CudaPolicy(const ModelSpec& spec, int device, bool allow_tf32) : spec_(spec), device_(device) {
+    OpenContext(ctx_, device, allow_tf32);
+    model_ = std::make_unique<GModel>(spec_);
+    params_.Resize(size_t(model_->layout().total_size()));
+  }
+  ~CudaPolicy() override {
+    cudaStreamSynchronize(ctx_.stream);
+    model_.reset();
+    CloseContext(ctx_);
+  }
+  const ParamLayout& layout() const override { return model_->layout(); }
+  void SetParams(std::span<const float> params) override {
+    STAMPEDE_CUDA_CHECK(cudaSetDevice(device_));
+    if (params.size() != size_t(layout().total_size())) throw std::logic_error("CUDA policy: parameters of another size");
+    STAMPEDE_CUDA_CHECK(cudaMemcpy(params_.get(), params.data(), sizeof(float) * params.size(), cudaMemcpyHostToDevice));
+  }
+  void Step(const void* obs, int n, const uint8_t* first, const float* state_in, float* state_out, float* policy,
+            float* values) override {
+    STAMPEDE_CUDA_CHECK(cudaSetDevice(device_));
+    if (n < 1) return;
+    Reserve(n);
+    const size_t obs_row = size_t(spec_.obs_size()) * (spec_.uint8_obs ? 1 : 4);
+    const int S = 2 * spec_.lstm_size, P = spec_.policy.output_size(), V = spec_.num_values;
+    cudaStream_t st = ctx_.stream;
+    STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(obs_.get(), obs, obs_row * n, cudaMemcpyHostToDevice, st));
+    if (S > 0) {
+      // The padding rows start afresh (their outputs are never read).
+      STAMPEDE_CUDA_CHECK(cudaMemsetAsync(first_.get(), 1, size_t(capacity_), st));
+      if (first) {
+        STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(first_.get(), first, size_t(n), cudaMemcpyHostToDevice, st));
+      } else {
+        STAMPEDE_CUDA_CHECK(cudaMemsetAsync(first_.get(), 0, size_t(n), st));
+      }
+      if (state_in) {
+        STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(state_.get(), state_in, sizeof(float) * n * S, cudaMemcpyHostToDevice, st));
+      } else {
+        STAMPEDE_CUDA_CHECK(cudaMemsetAsync(state_.get(), 0, sizeof(float) * n * S, st));
+      }
+    }
+    model_->Forward(ctx_, params_.get(), obs_.get(), 1, capacity_, first_.get(), S > 0 ? state_.get() : nullptr,
+                    policy_.get(), values_.get());
+    if (S > 0 && state_out) {
+      model_->FinalState(ctx_, 1, capacity_, state_next_.get());
+      STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(state_out, state_next_.get(), sizeof(float) * n * S, cudaMemcpyDeviceToHost, st));
+    }
+    if (policy) STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(policy, policy_.get(), sizeof(float) * n * P, cudaMemcpyDeviceToHost, st));
+    if (values) STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(values, values_.get(), sizeof(float) * n * V, cudaMemcpyDeviceToHost, st));
+    STAMPEDE_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+
+ private:
+  // Room for n rows: grows to the largest batch asked for (in multiples of 8), zeroed.
+  void Reserve(int n) {
+    if (n <= capacity_) return;
+    capacity_ = (n + 7) / 8 * 8;
+    const size_t rows = size_t(capacity_);
+    const size_t obs_bytes = rows * spec_.obs_size() * (spec_.uint8_obs ? 1 : 4);
+    const int S = 2 * spec_.lstm_size;
+    obs_.Resize(obs_bytes);
+    first_.Resize(rows);
+    state_.Resize(rows * std::max(S, 1)), state_next_.Resize(rows * std::max(S, 1));
+    policy_.Resize(rows * spec_.policy.output_size()), values_.Resize(rows * spec_.num_values);
+    STAMPEDE_CUDA_CHECK(cudaMemsetAsync(obs_.get(), 0, obs_bytes, ctx_.stream));
+    STAMPEDE_CUDA_CHECK(cudaMemsetAsync(state_.get(), 0, sizeof(float) * rows * std::max(S, 1), ctx_.stream));
+  }
+
+  ModelSpec spec_;
+  int device_ = 0;
+  Context ctx_;
+  std::unique_ptr<GModel> model_;
+  int capacity_ = 0;
+  DeviceArray<float> params_, state_, state_next_, policy_, values_;
+  DeviceArray<uint8_t> obs_, first_;
 };
 
 }  // namespace
@@ -591,25 +844,44 @@ int DeviceCount(std::string* why) {
   return n;
 }
 
-std::unique_ptr<Trainer> Trainer::Create(const ModelSpec& spec, int device, const TrainerOptions& options,
-                                         std::string* error) {
-  if (std::string e = spec.Check(); !e.empty()) {
-    *error = e;
-    return nullptr;
-  }
+namespace {
+// Why `spec` cannot run on cuda:`device` ("" if it can).
+std::string Unusable(const ModelSpec& spec, int device) {
+  if (std::string e = spec.Check(); !e.empty()) return e;
   std::string why;
   const int n = DeviceCount(&why);
   if (device < 0 || device >= n) {
-    *error = "cuda:" + std::to_string(device) + " is not available (" +
-             (n == 0 ? why : std::to_string(n) + " CUDA devices") + ")";
+    return "cuda:" + std::to_string(device) + " is not available (" + (n == 0 ? why : std::to_string(n) + " CUDA devices") +
+           ")";
+  }
+  return {};
+}
+
+// `make()`, or nullptr with `error` naming `what` and the device.
+template <class T, class Make>
+std::unique_ptr<T> Construct(const ModelSpec& spec, int device, const char* what, Make make, std::string* error) {
+  if (std::string e = Unusable(spec, device); !e.empty()) {
+    *error = e;
     return nullptr;
   }
   try {
-    return std::make_unique<CudaTrainer>(spec, device, options);
+    return make();
   } catch (const std::exception& e) {
-    *error = std::string("CUDA trainer on cuda:") + std::to_string(device) + ": " + e.what();
+    *error = std::string(what) + " on cuda:" + std::to_string(device) + ": " + e.what();
     return nullptr;
   }
+}
+}  // namespace
+
+std::unique_ptr<Trainer> Trainer::Create(const ModelSpec& spec, int device, const TrainerOptions& options,
+                                         std::string* error) {
+  return Construct<Trainer>(spec, device, "CUDA trainer", [&] { return std::make_unique<CudaTrainer>(spec, device, options); },
+                            error);
+}
+
+std::unique_ptr<Policy> Policy::Create(const ModelSpec& spec, int device, bool allow_tf32, std::string* error) {
+  return Construct<Policy>(spec, device, "CUDA policy",
+                           [&] { return std::make_unique<CudaPolicy>(spec, device, allow_tf32); }, error);
 }
 
 }  // namespace stampede::net::cuda

@@ -24,6 +24,10 @@ bool Built();
 // CUDA devices this process can use; 0 with `why` set (no CUDA in this build, no driver,
 // no device).
 int DeviceCount(std::string* why);
+// The GPU a learner's learner.device names: "cuda:N" is N; "cuda" is learner i's GPU i mod
+// the GPUs this process sees (Slurm's and Kubernetes' CUDA_VISIBLE_DEVICES: the node's or
+// the pod's own). -1 with `why` set when there is none.
+int LearnerDevice(const std::string& device, int learner_index, std::string* why);
 
 struct TrainerOptions {
   int unroll_length = 20;  // T
@@ -44,6 +48,13 @@ struct TrainerOptions {
   // Per task, its number of actions: a suite's unroll of task t has the policy outputs at
   // and past action_limits[t] masked (as learner/loss.cc does). Empty: none masked.
   std::vector<int> action_limits;
+  // PopArt (Hessel et al. 2019), as learner/loss.cc and learner/popart.cc do it on the CPU:
+  // the value head's outputs are normalised, one per task, with each task's mean and
+  // scale in the parameters' "popart/stats"; after each fused step the statistics move
+  // towards the batch's targets by `popart_beta` and the head is rescaled to preserve its
+  // outputs. The spec must say popart (ModelSpec::popart, num_values = tasks).
+  bool popart = false;
+  double popart_beta = 3e-4;
 };
 
 // A host batch of B unrolls, time-major, in the wire's layout (learner::Batch's arrays).
@@ -103,10 +114,33 @@ class Trainer {
     Launch(learning_rate, step);
     return Wait();
   }
-  // For tests: on the staged batch at the current parameters, the forward outputs and
-  // the loss gradient (before clipping), copied back; nothing is updated.
+  // For tests: on the staged batch at the current parameters, the forward outputs (values
+  // as the network gives them: [rows, num_values], normalised with PopArt) and the loss
+  // gradient (before clipping), copied back; nothing is updated.
   virtual StepStats ForwardAndGradient(std::vector<float>* policy, std::vector<float>* values,
                                        std::vector<float>* grad) = 0;
+};
+
+// Acting on the device: the model's Step (net/model.h) for the inference server of a
+// learner that has a GPU (actors.inference "central" with learner.device "cuda..."), SEED
+// RL's setting. The network is the trainer's (the same layers and layout); the rows of a
+// batch are padded to the largest batch seen so far, so cuDNN chooses its algorithms once
+// per size, not once per batch.
+class Policy {
+ public:
+  // nullptr with `error` set when the device cannot be used or the spec is refused.
+  // `allow_tf32`: as TrainerOptions'.
+  static std::unique_ptr<Policy> Create(const ModelSpec& spec, int device, bool allow_tf32, std::string* error);
+  virtual ~Policy() = default;
+  virtual const ParamLayout& layout() const = 0;
+  // Uploads a version of the parameters (synchronous).
+  virtual void SetParams(std::span<const float> params) = 0;
+  // Model::Step from and to host arrays: n observations in the spec's dtype; `first` [n]
+  // (may be null: none) starts a row from a zero state, the others start from state_in
+  // [n, state_size] (may be null: zeros); writes state_out (may alias state_in, may be
+  // null), policy outputs [n, policy_size] and values [n, num_values] (either may be null).
+  virtual void Step(const void* obs, int n, const uint8_t* first, const float* state_in, float* state_out,
+                    float* policy, float* values) = 0;
 };
 
 }  // namespace stampede::net::cuda

@@ -158,6 +158,11 @@ TEST_CASE("fleet: an allreduce learner killed mid-run: the others go on in a sma
         if (!r.contains("event") && r.contains("allreduce_resets")) row_resets = r["allreduce_resets"].get<int64_t>();
       }
       CHECK(reset_events >= 1);
+      // The restarted learner's actors act with the ring's version before it rejoins: their
+      // trajectories are taken, not dropped as from the future.
+      for (const auto& r : Metrics(run_dir)) {
+        if (!r.contains("event") && r.contains("dropped_by_reason")) CHECK_FALSE(r["dropped_by_reason"].contains("future_version"));
+      }
       CHECK(row_resets == summary["allreduce_resets"].get<int64_t>());
       int64_t line_resets = 0;
       for (size_t at = out.find("| ring resets "); at != std::string::npos; at = out.find("| ring resets ", at + 1)) {
