@@ -577,6 +577,8 @@ class CudaTrainer : public Trainer {
                                                model_->baseline_b(), model_->feature(), V_,
                                                popart_sums_.get(), opt_.popart_beta, kPopArtMinScale, kPopArtMaxScale,
                                                stats_.get() + 4);
+      // The staged batch (its tasks and valid flags) was read until here.
+      STAMPEDE_CUDA_CHECK(cudaEventRecord(consumed_[current_slot_], ctx_.stream));
     }
     STAMPEDE_CUDA_CHECK(cudaMemcpyAsync(host_stats_, stats_.get(), kStats * sizeof(double), cudaMemcpyDeviceToHost,
                                         ctx_.stream));
