@@ -281,7 +281,10 @@ TEST_CASE("fleet: a shard killed by -9 after the final checkpoint of a two-learn
     CHECK_THAT(out, Catch::Contains("after the final checkpoint was complete: nothing was lost"));
     CHECK(code == 0);
     const json summary = json::parse(Slurp(run_dir + "/summary.json"));
-    CHECK(summary["mean_return_100"].get<double>() >= 0.9);
+    // It stopped at its target (the window's mean at the end, some episodes later, may sit
+    // a hair below it).
+    CHECK(summary["stop_reason"].get<std::string>() == "target return reached");
+    CHECK(summary["frames_to_target"].get<int64_t>() > 0);
     // The final checkpoint is whole: every shard's part matches its manifest.
     CHECK(std::system((std::string(STAMPEDE_BINARY) + " checkpoints " + run_dir + " > /dev/null 2>&1").c_str()) == 0);
   }
