@@ -5,6 +5,7 @@
 #include <numbers>
 #include <stdexcept>
 
+#include "net/gemm.h"
 #include "net/layers.h"
 #include "wire/config.h"
 #include "wire/config.pb.h"
@@ -94,6 +95,8 @@ std::unique_ptr<Model<float>> MakeModelFromConfig(const config::Config& cfg,
     *error = "net.conv_backend: \"" + backend + "\" is not known, expected \"auto\", \"onednn\" or \"eigen\"";
     return nullptr;
   }
+  // The process's GEMM (net/gemm.h): a backend asked for by name must be installed here.
+  if (!SetGemmBackend(cfg.net().gemm_backend(), error)) return nullptr;
   try {
     return MakeCpuModel<float>(ModelSpecFromConfig(cfg, shape));
   } catch (const std::invalid_argument& e) {

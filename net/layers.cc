@@ -1,5 +1,6 @@
 #include "net/layers.h"
 
+#include "net/gemm.h"
 #include "net/kernel_math.h"
 #include "net/onednn_conv.h"
 
@@ -25,6 +26,33 @@ using CRow = Eigen::Map<const Eigen::Matrix<S, 1, Eigen::Dynamic>>;
 template <class S>
 using MRow = Eigen::Map<Eigen::Matrix<S, 1, Eigen::Dynamic>>;
 
+// C[M x N] = op(A) op(B) (+= where `acc`), row-major with leading dimensions: float on the
+// machine's fastest GEMM (net/gemm.h, net.gemm_backend), double (the gradient checks) on
+// Eigen.
+template <class S>
+void MatMul(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const S* A, int64_t lda, const S* B, int64_t ldb,
+            bool acc, S* C, int64_t ldc) {
+  if constexpr (std::is_same_v<S, float>) {
+    Sgemm(ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc);
+  } else {
+    using Stride = Eigen::OuterStride<>;
+    Eigen::Map<Mat<S>, 0, Stride> c(C, M, N, Stride(ldc));
+    const Eigen::Map<const Mat<S>, 0, Stride> a(A, ta ? K : M, ta ? M : K, Stride(lda));
+    const Eigen::Map<const Mat<S>, 0, Stride> b(B, tb ? N : K, tb ? K : N, Stride(ldb));
+    auto run = [&](const auto& x, const auto& y) {
+      if (acc) {
+        c.noalias() += x * y;
+      } else {
+        c.noalias() = x * y;
+      }
+    };
+    if (!ta && !tb) run(a, b);
+    if (!ta && tb) run(a, b.transpose());
+    if (ta && !tb) run(a.transpose(), b);
+    if (ta && tb) run(a.transpose(), b.transpose());
+  }
+}
+
 // ---- dense -------------------------------------------------------------------------
 
 template <class S>
@@ -38,16 +66,15 @@ class Dense : public Layer<S> {
   int out_size() const override { return out_; }
   double flops() const override { return 2.0 * in_ * out_; }
   void Forward(const S* p, const S* in, int n, S* out) override {
-    MMap<S> y(out, n, out_);
-    y.noalias() = CMap<S>(in, n, in_) * CMap<S>(p + w_, in_, out_);
-    y.rowwise() += CRow<S>(p + b_, out_);
+    MatMul<S>(false, false, n, out_, in_, in, in_, p + w_, out_, false, out, out_);
+    MMap<S>(out, n, out_).rowwise() += CRow<S>(p + b_, out_);
   }
   void Backward(const S* p, const S* in, const S*, const S* dout, int n, S* din,
                 S* grad) override {
     CMap<S> dy(dout, n, out_);
-    MMap<S>(grad + w_, in_, out_).noalias() += CMap<S>(in, n, in_).transpose() * dy;
+    MatMul<S>(true, false, in_, out_, n, in, in_, dout, out_, true, grad + w_, out_);
     MRow<S>(grad + b_, out_) += dy.colwise().sum();
-    if (din) MMap<S>(din, n, in_).noalias() = dy * CMap<S>(p + w_, in_, out_).transpose();
+    if (din) MatMul<S>(false, true, n, in_, out_, dout, out_, p + w_, out_, false, din, in_);
   }
 
  private:
@@ -137,18 +164,14 @@ class Conv : public Layer<S> {
       if (onednn_) return onednn_->Forward(p + w_, p + b_, in, n, out);
     }
     const int K = in_.c * k_ * k_, P = out_.h * out_.w, C = out_.c;
-    CMap<S> W(p + w_, C, K);
     CRow<S> b(p + b_, C);
     for (int s0 = 0; s0 < n; s0 += chunk_) {
       const int m = std::min(chunk_, n - s0);
       const int64_t mP = int64_t(m) * P;
       Unroll(in + int64_t(s0) * in_.size(), m);
       MMap<S> y(Grow(&y_, int64_t(C) * mP), C, mP);
-      if (rows_) {
-        y.noalias() = W * CMap<S>(col_.data(), mP, K).transpose();
-      } else {
-        y.noalias() = W * CMap<S>(col_.data(), K, mP);
-      }
+      // W [C, K] times the columns: [mP, K] (rows_) or [K, mP].
+      MatMul<S>(false, rows_, C, mP, K, p + w_, K, col_.data(), rows_ ? K : mP, false, y.data(), mP);
       for (int i = 0; i < m; ++i) {
         S* o = out + int64_t(s0 + i) * out_.size();
         for (int c = 0; c < C; ++c) {
@@ -165,8 +188,6 @@ class Conv : public Layer<S> {
       if (onednn_) return onednn_->Backward(p + w_, in, dout, n, din, grad + w_, grad + b_);
     }
     const int K = in_.c * k_ * k_, P = out_.h * out_.w, C = out_.c;
-    CMap<S> W(p + w_, C, K);
-    MMap<S> dW(grad + w_, C, K);
     MRow<S> db(grad + b_, C);
     for (int s0 = 0; s0 < n; s0 += chunk_) {
       const int m = std::min(chunk_, n - s0);
@@ -182,11 +203,11 @@ class Conv : public Layer<S> {
       Unroll(in + int64_t(s0) * in_.size(), m);
       S* dcol = din ? Grow(&dcol_, int64_t(K) * mP) : nullptr;
       if (rows_) {
-        dW.noalias() += y * CMap<S>(col_.data(), mP, K);
-        if (din) MMap<S>(dcol, mP, K).noalias() = y.transpose() * W;
+        MatMul<S>(false, false, C, K, mP, y.data(), mP, col_.data(), K, true, grad + w_, K);
+        if (din) MatMul<S>(true, false, mP, K, C, y.data(), mP, p + w_, K, false, dcol, K);
       } else {
-        dW.noalias() += y * CMap<S>(col_.data(), K, mP).transpose();
-        if (din) MMap<S>(dcol, K, mP).noalias() = W.transpose() * y;
+        MatMul<S>(false, true, C, K, mP, y.data(), mP, col_.data(), mP, true, grad + w_, K);
+        if (din) MatMul<S>(true, false, K, mP, C, p + w_, K, y.data(), mP, false, dcol, mP);
       }
       if (din) Roll(m, din + int64_t(s0) * in_.size());
     }
@@ -503,11 +524,10 @@ void Lstm<S>::Forward(const S* p, const S* x, int T1, int B, const uint8_t* firs
   s.gates.resize(int64_t(T1) * B, 4 * H);
   s.c.resize(int64_t(T1) * B, H);
   s.tanh_c.resize(int64_t(T1) * B, H);
-  CMap<S> Wx(p + wx_, in_, 4 * H), Wh(p + wh_, H, 4 * H);
   CRow<S> bias(p + b_, 4 * H);
   // Input contributions for every step at once.
   s.z.resize(int64_t(T1) * B, 4 * H);
-  s.z.noalias() = CMap<S>(x, int64_t(T1) * B, in_) * Wx;
+  MatMul<S>(false, false, int64_t(T1) * B, 4 * H, in_, x, in_, p + wx_, 4 * H, false, s.z.data(), 4 * H);
   s.z.rowwise() += bias;
   for (int t = 0; t < T1; ++t) {
     auto hp = s.h_prev.middleRows(int64_t(t) * B, B);
@@ -531,7 +551,9 @@ void Lstm<S>::Forward(const S* p, const S* x, int T1, int B, const uint8_t* firs
       }
     }
     auto g = s.gates.middleRows(int64_t(t) * B, B);
-    g.noalias() = s.z.middleRows(int64_t(t) * B, B) + hp * Wh;
+    g = s.z.middleRows(int64_t(t) * B, B);
+    MatMul<S>(false, false, B, 4 * H, H, s.h_prev.data() + int64_t(t) * B * H, H, p + wh_, 4 * H, true,
+              s.gates.data() + int64_t(t) * B * 4 * H, 4 * H);
     for (int b = 0; b < B; ++b) {
       const int64_t r = int64_t(t) * B + b;
       S* gr = s.gates.row(r).data();
@@ -554,7 +576,6 @@ template <class S>
 void Lstm<S>::Backward(const S* p, const S* dout, S* dx, S* grad) {
   Scratch& s = *s_;
   const int H = h_, T1 = s.T1, B = s.B;
-  CMap<S> Wx(p + wx_, in_, 4 * H), Wh(p + wh_, H, 4 * H);
   s.dz.resize(int64_t(T1) * B, 4 * H);
   s.dh_rec = Mat<S>::Zero(B, H);  // dLoss/dh_t through step t+1
   s.dc_rec = Mat<S>::Zero(B, H);
@@ -570,8 +591,8 @@ void Lstm<S>::Backward(const S* p, const S* dout, S* dx, S* grad) {
         s.dc_rec(b, j) = dc_prev;  // to c_{t-1}
       }
     }
-    auto dzt = s.dz.middleRows(int64_t(t) * B, B);
-    s.dh_rec.noalias() = dzt * Wh.transpose();
+    MatMul<S>(false, true, B, H, 4 * H, s.dz.data() + int64_t(t) * B * 4 * H, 4 * H, p + wh_, 4 * H, false,
+              s.dh_rec.data(), H);
     // A reset cut the state: nothing flows into the previous step.
     for (int b = 0; b < B; ++b) {
       if (s.first[size_t(t) * B + b]) {
@@ -580,10 +601,10 @@ void Lstm<S>::Backward(const S* p, const S* dout, S* dx, S* grad) {
       }
     }
   }
-  MMap<S>(grad + wx_, in_, 4 * H).noalias() += CMap<S>(s.x, int64_t(T1) * B, in_).transpose() * s.dz;
-  MMap<S>(grad + wh_, H, 4 * H).noalias() += s.h_prev.transpose() * s.dz;
+  MatMul<S>(true, false, in_, 4 * H, int64_t(T1) * B, s.x, in_, s.dz.data(), 4 * H, true, grad + wx_, 4 * H);
+  MatMul<S>(true, false, H, 4 * H, int64_t(T1) * B, s.h_prev.data(), H, s.dz.data(), 4 * H, true, grad + wh_, 4 * H);
   MRow<S>(grad + b_, 4 * H) += s.dz.colwise().sum();
-  if (dx) MMap<S>(dx, int64_t(T1) * B, in_).noalias() = s.dz * Wx.transpose();
+  if (dx) MatMul<S>(false, true, int64_t(T1) * B, in_, 4 * H, s.dz.data(), 4 * H, p + wx_, 4 * H, false, dx, in_);
 }
 
 #define STAMPEDE_LAYERS(S)                                                                      \

@@ -224,6 +224,8 @@ std::string OneDnnConv::Kernels(int n) {
 
 bool OneDnnBuilt() { return true; }
 
+void OneDnnOneThread() { OneThread(); }
+
 }  // namespace stampede::net
 
 #else  // no oneDNN in this build
@@ -248,6 +250,8 @@ void OneDnnConv::Backward(const float*, const float*, const float*, int, float*,
 }
 std::string OneDnnConv::Kernels(int) { return {}; }
 bool OneDnnBuilt() { return false; }
+
+void OneDnnOneThread() {}
 
 }  // namespace stampede::net
 

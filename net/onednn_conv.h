@@ -38,5 +38,7 @@ class OneDnnConv {
 
 // True where the build has oneDNN.
 bool OneDnnBuilt();
+// The calling thread's oneDNN work runs on one OpenMP thread (net/gemm.cc's sgemm too).
+void OneDnnOneThread();
 
 }  // namespace stampede::net

@@ -6,6 +6,7 @@
 #include <unsupported/Eigen/CXX11/Tensor>
 
 #include "actors/actor.h"
+#include "base/cpu.h"
 #include "actors/env_source.h"
 #include "envs/minatar.h"
 #include "envs/python_env.h"
@@ -87,6 +88,8 @@ int RunBench(const BenchOptions& opt) {
   config::Config cfg = loaded.config;
   std::printf("stampede bench: env %s, config %s\n", actors::EnvSourceFromConfig(cfg).Describe().c_str(),
               opt.config_path.c_str());
+  std::printf("  CPU: %s; binary built for %s; net.gemm_backend \"%s\"\n", base::CpuDescription().c_str(),
+              base::BuildTarget().c_str(), cfg.net().gemm_backend().c_str());
 
   // 1. Raw env steps/s: the actor's E envs as one vector env, random actions, one core.
   {
@@ -240,9 +243,11 @@ int RunBench(const BenchOptions& opt) {
     const double sps = steps / elapsed;
     // Backward costs about twice the forward pass.
     const double flops = 3.0 * double((T + 1) * B) * model->ForwardFlops();
-    std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.2f  (%.0f frames/s; ~%.1f GFLOP/s; a 512^3 Eigen GEMM: %.1f)\n",
+    std::string gemm;
+    const double peak = MeasureGemmGflops(0.5, &gemm);
+    std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.2f  (%.0f frames/s; ~%.1f GFLOP/s; a 512^3 GEMM (%s): %.1f)\n",
                 B, T, net::TorsoName(core->net_spec()).c_str(), (long long)model->layout().total_size(), sps,
-                sps * T * B * core->frames_per_step(), sps * flops / 1e9, MeasureEigenGemmGflops(0.5));
+                sps * T * B * core->frames_per_step(), sps * flops / 1e9, gemm.c_str(), peak);
   }
 
   // 4. The whole fleet, learning, on this machine: with CURVE (the default) and without,
@@ -358,9 +363,12 @@ int RunNetworkBench(const BenchOptions& opt) {
     s.policy = net::CategoricalPolicy(6);
     return s;
   };
-  const double peak = MeasureEigenGemmGflops(opt.seconds / 3);
+  std::string gemm;
+  const double peak = MeasureGemmGflops(opt.seconds / 3, &gemm);
   std::printf("stampede bench --networks: CPU, one thread, uint8 observations, 6 actions; "
-              "a 512^3 Eigen GEMM runs %.1f GFLOP/s here now (stampede bench --gemm: other backends)\n", peak);
+              "a 512^3 GEMM (net.gemm_backend %s) runs %.1f GFLOP/s here now (stampede bench --gemm: every backend)\n",
+              gemm.c_str(), peak);
+  std::printf("  CPU: %s; binary built for %s\n", base::CpuDescription().c_str(), base::BuildTarget().c_str());
   // Each convolution backend this build has (net.conv_backend), the default last.
   std::vector<net::ConvBackend> backends = {net::ConvBackend::kEigen};
   if (net::OneDnnBuilt()) backends.push_back(net::ConvBackend::kOneDnn);

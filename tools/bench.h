@@ -38,13 +38,14 @@ int RunBroadcastBench(const BenchOptions& opt);
 // written every step) beside the `minatar` package's in the venv (tools/minatar_trace.py
 // speed), and the ratio; the package column is left out where the venv is absent.
 int RunMinAtarBench(const BenchOptions& opt);
-// Float32 GEMM GFLOP/s on one thread for Eigen and, where installed, OpenBLAS and BLIS
-// (loaded at run time): a square 512^3 and the shallow CNN learner's products
-// (tools/bench_gemm.cc).
+// Float32 GEMM GFLOP/s on one thread for every backend net/gemm.h has here (Eigen, and
+// OpenBLAS, BLIS and oneDNN where installed): a square 512^3 and every product of the
+// shallow CNN and deep ResNet learner steps, with net.gemm_backend "auto"'s choice for
+// each against the fastest (tools/bench_gemm.cc).
 int RunGemmBench(const BenchOptions& opt);
-// A 512^3 float32 Eigen GEMM on this thread, GFLOP/s: the peak the network figures are
-// printed next to.
-double MeasureEigenGemmGflops(double seconds);
+// A 512^3 float32 GEMM on this thread with the process's GEMM (net.gemm_backend), GFLOP/s:
+// the peak the network figures are printed next to; `backend` (may be null) says which.
+double MeasureGemmGflops(double seconds, std::string* backend = nullptr);
 // The learners' ring-allreduce alone: steps/s, bytes sent per learner per step and MB/s for
 // 2, 3, 4 learners at 1M and 10M floats, against ZeroMQ's loopback bandwidth
 // (tools/bench_allreduce.cc).

@@ -1,135 +1,159 @@
-// `stampede bench --gemm`: single-precision GEMM GFLOP/s on one thread, per backend that
-// this machine has: Eigen (what net/ computes with), and OpenBLAS and BLIS where their
-// shared libraries are installed (loaded at run time, so the build does not depend on
-// them). Shapes: a square 512^3 (the peak) and the shallow CNN learner's own products.
+// `stampede bench --gemm`: float32 GEMM GFLOP/s on one thread, per backend this machine
+// has (net/gemm.h: Eigen, and OpenBLAS, BLIS and oneDNN where installed), for a square
+// 512^3 and every product of the shallow CNN and deep ResNet learner steps (the Pong
+// config's B = 16, T = 20, convolutions as im2col products), and which backend
+// net.gemm_backend "auto" chooses for each, against the fastest.
 #include "tools/bench.h"
 
-#include <dlfcn.h>
-
-#include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <functional>
+#include <set>
 #include <string>
-#include <tuple>
 #include <vector>
+
+#include "base/cpu.h"
+#include "envs/rng.h"
+#include "net/gemm.h"
+#include "net/layers.h"
+#include "net/model.h"
+#include "net/network.h"
 
 namespace stampede::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-// C[M x N] = A[M x K] * B[K x N], all row-major and contiguous.
-using Gemm = std::function<void(int M, int N, int K, const float* A, const float* B, float* C)>;
-
-struct Backend {
-  std::string name;
-  Gemm gemm;
-};
-
-// CBLAS's enum values (cblas.h): row-major 101, no transpose 111.
-using CblasSgemm = void (*)(int order, int ta, int tb, int M, int N, int K, float alpha, const float* A,
-                            int lda, const float* B, int ldb, float beta, float* C, int ldc);
-constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111;
-
-// A CBLAS from a shared library, told to use one thread; nullopt-like (empty gemm) and the
-// reason where the library or its symbols are missing.
-Backend LoadCblas(const std::string& name, const char* soname, const char* set_threads, std::string* why) {
-  void* lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    *why = name + ": " + dlerror();
-    return {name, nullptr};
-  }
-  auto sgemm = reinterpret_cast<CblasSgemm>(dlsym(lib, "cblas_sgemm"));
-  if (!sgemm) {
-    *why = name + ": " + soname + " has no cblas_sgemm";
-    return {name, nullptr};
-  }
-  if (auto threads = reinterpret_cast<void (*)(int)>(dlsym(lib, set_threads))) threads(1);
-  return {name, [sgemm](int M, int N, int K, const float* A, const float* B, float* C) {
-            sgemm(kCblasRowMajor, kCblasNoTrans, kCblasNoTrans, M, N, K, 1.f, A, K, B, N, 0.f, C, N);
-          }};
-}
-
-struct Shape {
-  const char* what;
-  int M, N, K;
-};
 
 double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The operands of a shape, filled with small values.
+struct Operands {
+  explicit Operands(const net::GemmShape& s)
+      : a(size_t(s.M * s.K)), b(size_t(s.K * s.N)), c(size_t(s.M * s.N)),
+        lda(s.trans_a ? s.M : s.K), ldb(s.trans_b ? s.K : s.N) {
+    envs::SplitMix64 rng(11);
+    for (auto& v : a) v = float(int(rng() % 2001) - 1000) / 1000.f;
+    for (auto& v : b) v = float(int(rng() % 2001) - 1000) / 1000.f;
+  }
+  std::vector<float> a, b, c;
+  int64_t lda, ldb;
+};
+
+// GFLOP/s of `backend` on `s` ("" : the process's choice), the best of three timings of
+// `seconds` each.
+double Time(const std::string& backend, const net::GemmShape& s, Operands& o, double seconds) {
+  auto run = [&] {
+    if (backend.empty()) {
+      net::Sgemm(s.trans_a, s.trans_b, s.M, s.N, s.K, o.a.data(), o.lda, o.b.data(), o.ldb, false, o.c.data(), s.N);
+    } else {
+      net::SgemmOn(backend, s.trans_a, s.trans_b, s.M, s.N, s.K, o.a.data(), o.lda, o.b.data(), o.ldb, false,
+                   o.c.data(), s.N);
+    }
+  };
+  run();  // warm
+  double best = 1e30;
+  for (int round = 0; round < 3; ++round) {
+    int reps = 0;
+    const auto t0 = Clock::now();
+    double elapsed = 0;
+    do {
+      run();
+      ++reps;
+    } while ((elapsed = Seconds(t0)) < seconds / 3);
+    best = std::min(best, elapsed / reps);
+  }
+  return 2.0 * double(s.M) * double(s.N) * double(s.K) / best / 1e9;
+}
+
+// The distinct products of one learner step (forward and backward over B = 16 unrolls of
+// T + 1 = 21 steps) of `torso` on 4x84x84 uint8 frames, convolutions as im2col GEMMs.
+std::vector<net::GemmShape> LearnerStepShapes(const std::string& torso) {
+  net::ModelSpec spec;
+  spec.obs_shape = {4, 84, 84};
+  spec.uint8_obs = true;
+  spec.torso = torso;
+  spec.fc_size = 256;
+  spec.policy = net::CategoricalPolicy(6);
+  auto model = net::MakeCpuModel<float>(spec);
+  std::vector<float> params(model->layout().total_size()), grad(params.size(), 0.f);
+  net::InitParams(spec, 1, params);
+  const int T1 = 21, B = 16, rows = T1 * B;
+  std::vector<uint8_t> obs(static_cast<size_t>(rows) * spec.obs_size(), 100), first(static_cast<size_t>(rows), 0);
+  std::vector<float> policy(static_cast<size_t>(rows) * 6), values(static_cast<size_t>(rows)), dpolicy(policy.size(), 0.01f),
+      dvalues(values.size(), 0.01f);
+  const auto before = net::GemmShapesSeen();
+  model->Forward(params.data(), obs.data(), T1, B, first.data(), nullptr, policy.data(), values.data());
+  model->Backward(params.data(), dpolicy.data(), dvalues.data(), grad.data());
+  const std::set<net::GemmShape> old(before.begin(), before.end());
+  std::vector<net::GemmShape> out;
+  for (const auto& s : net::GemmShapesSeen()) {
+    if (!old.count(s)) out.push_back(s);
+  }
+  return out;
+}
+
 }  // namespace
 
-double MeasureEigenGemmGflops(double seconds) {
-  const int n = 512;
-  RowMat a = RowMat::Random(n, n), b = RowMat::Random(n, n), c(n, n);
-  c.noalias() = a * b;  // warm the caches and the allocator
-  int64_t reps = 0;
-  const auto t0 = Clock::now();
-  double elapsed = 0;
-  do {
-    c.noalias() = a * b;
-    ++reps;
-  } while ((elapsed = Seconds(t0)) < seconds);
-  return 2.0 * n * n * double(n) * double(reps) / elapsed / 1e9;
+double MeasureGemmGflops(double seconds, std::string* backend) {
+  const net::GemmShape s{false, false, 512, 512, 512};
+  Operands o(s);
+  if (backend) {
+    const std::string asked = net::GemmBackend();
+    *backend = asked == "auto" ? "auto: " + net::ChooseGemm(s).backend : asked;
+  }
+  return Time("", s, o, seconds);
 }
 
 int RunGemmBench(const BenchOptions& opt) {
-  // One thread everywhere: the learner and every actor own one core each.
-  setenv("OPENBLAS_NUM_THREADS", "1", 1);
-  setenv("BLIS_NUM_THREADS", "1", 1);
-  Eigen::setNbThreads(1);
-  std::vector<Backend> backends;
-  backends.push_back({"eigen", [](int M, int N, int K, const float* A, const float* B, float* C) {
-                        Eigen::Map<RowMat>(C, M, N).noalias() =
-                            Eigen::Map<const RowMat>(A, M, K) * Eigen::Map<const RowMat>(B, K, N);
-                      }});
-  std::vector<std::string> missing;
-  for (const auto& [name, soname, threads] :
-       {std::tuple{"openblas", "libopenblas.so.0", "openblas_set_num_threads"},
-        std::tuple{"blis", "libblis.so.4", "bli_thread_set_num_threads"}}) {
-    std::string why;
-    Backend b = LoadCblas(name, soname, threads, &why);
-    if (b.gemm) backends.push_back(std::move(b));
-    else missing.push_back(why);
-  }
-  // The shallow CNN learner's products at B = 16, T = 20 (336 rows): each convolution's
-  // forward GEMM per chunk of samples as net/layers.cc forms it, and the FC layer.
-  const Shape shapes[] = {{"square 512^3", 512, 512, 512},
-                          {"conv1 fwd (16x256 . 256x800)", 16, 800, 256},
-                          {"conv2 fwd (32x256 . 256x972)", 32, 972, 256},
-                          {"fc fwd (336x2592 . 2592x256)", 336, 256, 2592},
-                          {"fc dW (2592x336 . 336x256)", 2592, 256, 336}};
-  std::printf("stampede bench --gemm: float32 GEMM on one thread, GFLOP/s (max |difference| from Eigen's result)\n");
-  for (const std::string& m : missing) std::printf("  not measured: %s\n", m.c_str());
-  std::printf("  %-32s", "shape");
-  for (const Backend& b : backends) std::printf(" %20s", b.name.c_str());
-  std::printf("\n");
-  for (const Shape& s : shapes) {
-    RowMat A = RowMat::Random(s.M, s.K), B = RowMat::Random(s.K, s.N), ref(s.M, s.N), C(s.M, s.N);
-    backends[0].gemm(s.M, s.N, s.K, A.data(), B.data(), ref.data());
-    std::printf("  %-32s", s.what);
-    for (const Backend& b : backends) {
-      b.gemm(s.M, s.N, s.K, A.data(), B.data(), C.data());
-      const double diff = (C - ref).cwiseAbs().maxCoeff();
-      int64_t reps = 0;
-      const auto t0 = Clock::now();
-      double elapsed = 0;
-      do {
-        b.gemm(s.M, s.N, s.K, A.data(), B.data(), C.data());
-        ++reps;
-      } while ((elapsed = Seconds(t0)) < opt.seconds / double(std::size(shapes)));
-      const double gflops = 2.0 * s.M * double(s.N) * s.K * double(reps) / elapsed / 1e9;
-      char cell[32];
-      std::snprintf(cell, sizeof cell, "%.1f (%.0e)", gflops, diff);
-      std::printf(" %20s", cell);
+  std::vector<std::string> unavailable;
+  const std::vector<std::string> backends = net::AvailableGemmBackends(&unavailable);
+  std::printf("stampede bench --gemm: float32 GEMM on one thread, GFLOP/s\n");
+  std::printf("  CPU: %s; binary built for %s\n", base::CpuDescription().c_str(), base::BuildTarget().c_str());
+  for (const std::string& m : unavailable) std::printf("  not measured: %s\n", m.c_str());
+  // Every product, recorded with the convolutions as GEMMs and Eigen computing.
+  const net::ConvBackend conv = net::GetConvBackend();
+  net::SetConvBackend(net::ConvBackend::kEigen);
+  std::string why;
+  if (!net::SetGemmBackend("eigen", &why)) std::fprintf(stderr, "bench: %s\n", why.c_str());
+  struct Group {
+    std::string name;
+    std::vector<net::GemmShape> shapes;
+  };
+  std::vector<Group> groups = {{"square", {{false, false, 512, 512, 512}}},
+                               {"shallow CNN learner step (B=16, T=20)", LearnerStepShapes(std::string(net::kShallowCnn))},
+                               {"deep ResNet learner step (B=16, T=20)", LearnerStepShapes(std::string(net::kDeepResNet))}};
+  net::SetConvBackend(conv);
+  if (!net::SetGemmBackend("auto", &why)) std::fprintf(stderr, "bench: %s\n", why.c_str());
+  size_t count = 0;
+  for (const Group& g : groups) count += g.shapes.size();
+  const double per = std::max(0.03, opt.seconds / double(count * backends.size()));
+  std::printf("  %-30s", "M x N x K");
+  for (const std::string& b : backends) std::printf(" %9s", b.c_str());
+  std::printf("  %-9s %s\n", "auto", "of the fastest");
+  double worst = 1, sum_auto = 0, sum_best = 0, sum_eigen = 0;
+  for (const Group& g : groups) {
+    std::printf("  %s:\n", g.name.c_str());
+    for (const net::GemmShape& s : g.shapes) {
+      Operands o(s);
+      std::vector<double> gflops;
+      for (const std::string& b : backends) gflops.push_back(Time(b, s, o, per));
+      const std::string chosen = net::ChooseGemm(s).backend;
+      const size_t best = size_t(std::max_element(gflops.begin(), gflops.end()) - gflops.begin());
+      const size_t at = size_t(std::find(backends.begin(), backends.end(), chosen) - backends.begin());
+      const double share = gflops[at] / gflops[best];
+      worst = std::min(worst, share);
+      // FLOP-weighted: the step's time on each choice.
+      const double flop = 2.0 * double(s.M) * double(s.N) * double(s.K);
+      sum_auto += flop / gflops[at], sum_best += flop / gflops[best], sum_eigen += flop / gflops[0];
+      std::printf("    %-28s", s.Text().c_str());
+      for (double v : gflops) std::printf(" %9.1f", v);
+      std::printf("  %-9s %5.1f%%\n", chosen.c_str(), 100 * share);
     }
-    std::printf("\n");
   }
+  std::printf("  auto's choice: at least %.1f%% of the fastest backend on every product (target >= 90%%); over "
+              "every product's FLOPs, %.1f%% of the fastest's speed and %.2fx Eigen's\n",
+              100 * worst, 100 * sum_best / sum_auto, sum_eigen / sum_auto);
+  std::printf("RESULT gemm_auto_worst_share=%.3f\n", worst);
   return 0;
 }
 

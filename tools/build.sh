@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures (once) and builds Stampede into build/ with ninja; extra arguments go to
-# cmake at configure time (e.g. -DSTAMPEDE_NATIVE=OFF).
+# cmake at configure time (e.g. -DSTAMPEDE_NATIVE=ON for this machine alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f build/build.ninja ]; then

@@ -15,6 +15,7 @@ packages=(
   clang-14 libclang-rt-14-dev
   slurm-wlm munge iproute2 iptables
   libopenblas0 libblis4 libdnnl-dev
+  qemu-user
 )
 missing=()
 for p in "${packages[@]}"; do

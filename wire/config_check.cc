@@ -334,6 +334,12 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              "\" is not known, expected \"auto\", \"onednn\" or \"eigen\"";
     return false;
   }
+  if (const std::string b = c.net().gemm_backend();
+      b != "auto" && b != "eigen" && b != "openblas" && b != "blis" && b != "onednn") {
+    *error = loaded.Where("net.gemm_backend") + ": net.gemm_backend: \"" + b +
+             "\" is not known, expected \"auto\", \"eigen\", \"openblas\", \"blis\" or \"onednn\"";
+    return false;
+  }
   if (const std::string mode = c.actors().inference(); mode != "local" && mode != "central") {
     *error = loaded.Where("actors.inference") + ": actors.inference: \"" + mode +
              "\" is not known, expected \"local\" or \"central\"";
