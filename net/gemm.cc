@@ -180,7 +180,7 @@ GemmChoice Measure(const GemmShape& key, const GemmShape& s, const float* A, int
   }
   std::vector<float> scratch(size_t(s.M) * size_t(s.N));
   std::vector<double> best(live.size(), 1e30);
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 5; ++round) {
     for (size_t i = 0; i < live.size(); ++i) {
       int reps = 0;
       const auto t0 = Clock::now();
@@ -188,7 +188,7 @@ GemmChoice Measure(const GemmShape& key, const GemmShape& s, const float* A, int
       do {
         live[i]->fn(s.trans_a, s.trans_b, s.M, s.N, s.K, A, lda, B, ldb, 0.f, scratch.data(), s.N);
         ++reps;
-      } while ((elapsed = std::chrono::duration<double>(Clock::now() - t0).count()) < 5e-4);
+      } while ((elapsed = std::chrono::duration<double>(Clock::now() - t0).count()) < 1e-3);
       best[i] = std::min(best[i], elapsed / reps);
     }
   }

@@ -39,30 +39,32 @@ struct Operands {
   int64_t lda, ldb;
 };
 
-// GFLOP/s of `backend` on `s` ("" : the process's choice), the best of three timings of
-// `seconds` each.
-double Time(const std::string& backend, const net::GemmShape& s, Operands& o, double seconds) {
-  auto run = [&] {
-    if (backend.empty()) {
-      net::Sgemm(s.trans_a, s.trans_b, s.M, s.N, s.K, o.a.data(), o.lda, o.b.data(), o.ldb, false, o.c.data(), s.N);
-    } else {
-      net::SgemmOn(backend, s.trans_a, s.trans_b, s.M, s.N, s.K, o.a.data(), o.lda, o.b.data(), o.ldb, false,
-                   o.c.data(), s.N);
-    }
+// GFLOP/s of each backend on `s`, the best of five rounds that take the backends in turn
+// (as "auto" measures: each sees the caches the others leave), `seconds` in all.
+std::vector<double> Time(const std::vector<std::string>& backends, const net::GemmShape& s, Operands& o,
+                         double seconds) {
+  auto run = [&](const std::string& backend) {
+    net::SgemmOn(backend, s.trans_a, s.trans_b, s.M, s.N, s.K, o.a.data(), o.lda, o.b.data(), o.ldb, false,
+                 o.c.data(), s.N);
   };
-  run();  // warm
-  double best = 1e30;
-  for (int round = 0; round < 3; ++round) {
-    int reps = 0;
-    const auto t0 = Clock::now();
-    double elapsed = 0;
-    do {
-      run();
-      ++reps;
-    } while ((elapsed = Seconds(t0)) < seconds / 3);
-    best = std::min(best, elapsed / reps);
+  for (const auto& b : backends) run(b);  // warm
+  std::vector<double> best(backends.size(), 1e30);
+  const double slice = seconds / (5.0 * double(backends.size()));
+  for (int round = 0; round < 5; ++round) {
+    for (size_t i = 0; i < backends.size(); ++i) {
+      int reps = 0;
+      const auto t0 = Clock::now();
+      double elapsed = 0;
+      do {
+        run(backends[i]);
+        ++reps;
+      } while ((elapsed = Seconds(t0)) < slice);
+      best[i] = std::min(best[i], elapsed / reps);
+    }
   }
-  return 2.0 * double(s.M) * double(s.N) * double(s.K) / best / 1e9;
+  std::vector<double> gflops;
+  for (double t : best) gflops.push_back(2.0 * double(s.M) * double(s.N) * double(s.K) / t / 1e9);
+  return gflops;
 }
 
 // The distinct products of one learner step (forward and backward over B = 16 unrolls of
@@ -97,11 +99,10 @@ std::vector<net::GemmShape> LearnerStepShapes(const std::string& torso) {
 double MeasureGemmGflops(double seconds, std::string* backend) {
   const net::GemmShape s{false, false, 512, 512, 512};
   Operands o(s);
-  if (backend) {
-    const std::string asked = net::GemmBackend();
-    *backend = asked == "auto" ? "auto: " + net::ChooseGemm(s).backend : asked;
-  }
-  return Time("", s, o, seconds);
+  const std::string asked = net::GemmBackend();
+  const std::string used = asked == "auto" ? net::ChooseGemm(s).backend : asked;
+  if (backend) *backend = asked == "auto" ? "auto: " + used : used;
+  return Time({used}, s, o, seconds).front();
 }
 
 int RunGemmBench(const BenchOptions& opt) {
@@ -126,28 +127,47 @@ int RunGemmBench(const BenchOptions& opt) {
   if (!net::SetGemmBackend("auto", &why)) std::fprintf(stderr, "bench: %s\n", why.c_str());
   size_t count = 0;
   for (const Group& g : groups) count += g.shapes.size();
-  const double per = std::max(0.03, opt.seconds / double(count * backends.size()));
+  const double per = std::max(0.1, opt.seconds / double(count));
   std::printf("  %-30s", "M x N x K");
   for (const std::string& b : backends) std::printf(" %9s", b.c_str());
   std::printf("  %-9s %s\n", "auto", "of the fastest");
   double worst = 1, sum_auto = 0, sum_best = 0, sum_eigen = 0;
-  for (const Group& g : groups) {
-    std::printf("  %s:\n", g.name.c_str());
-    for (const net::GemmShape& s : g.shapes) {
-      Operands o(s);
-      std::vector<double> gflops;
-      for (const std::string& b : backends) gflops.push_back(Time(b, s, o, per));
-      const std::string chosen = net::ChooseGemm(s).backend;
-      const size_t best = size_t(std::max_element(gflops.begin(), gflops.end()) - gflops.begin());
-      const size_t at = size_t(std::find(backends.begin(), backends.end(), chosen) - backends.begin());
-      const double share = gflops[at] / gflops[best];
+  // Auto's choices first (as a role makes them, at first use), then every backend timed in
+  // three passes over all the shapes, each figure the best of its passes: this machine's
+  // speed drifts by a fifth over seconds, and a pass is shorter than that.
+  std::vector<std::vector<std::string>> chosen(groups.size());
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    for (const net::GemmShape& s : groups[gi].shapes) chosen[gi].push_back(net::ChooseGemm(s).backend);
+  }
+  std::vector<std::vector<std::vector<double>>> gflops(groups.size());
+  for (int pass = 0; pass < 3; ++pass) {
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      gflops[gi].resize(groups[gi].shapes.size());
+      for (size_t si = 0; si < groups[gi].shapes.size(); ++si) {
+        const net::GemmShape& s = groups[gi].shapes[si];
+        Operands o(s);
+        const std::vector<double> g = Time(backends, s, o, per / 3);
+        auto& best = gflops[gi][si];
+        if (best.empty()) best = g;
+        for (size_t b = 0; b < g.size(); ++b) best[b] = std::max(best[b], g[b]);
+      }
+    }
+  }
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    std::printf("  %s:\n", groups[gi].name.c_str());
+    for (size_t si = 0; si < groups[gi].shapes.size(); ++si) {
+      const net::GemmShape& s = groups[gi].shapes[si];
+      const std::vector<double>& g = gflops[gi][si];
+      const size_t best = size_t(std::max_element(g.begin(), g.end()) - g.begin());
+      const size_t at = size_t(std::find(backends.begin(), backends.end(), chosen[gi][si]) - backends.begin());
+      const double share = g[at] / g[best];
       worst = std::min(worst, share);
       // FLOP-weighted: the step's time on each choice.
       const double flop = 2.0 * double(s.M) * double(s.N) * double(s.K);
-      sum_auto += flop / gflops[at], sum_best += flop / gflops[best], sum_eigen += flop / gflops[0];
+      sum_auto += flop / g[at], sum_best += flop / g[best], sum_eigen += flop / g[0];
       std::printf("    %-28s", s.Text().c_str());
-      for (double v : gflops) std::printf(" %9.1f", v);
-      std::printf("  %-9s %5.1f%%\n", chosen.c_str(), 100 * share);
+      for (double v : g) std::printf(" %9.1f", v);
+      std::printf("  %-9s %5.1f%%\n", chosen[gi][si].c_str(), 100 * share);
     }
   }
   std::printf("  auto's choice: at least %.1f%% of the fastest backend on every product (target >= 90%%); over "
