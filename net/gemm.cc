@@ -9,11 +9,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <tuple>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "net/onednn_conv.h"
 
 #if STAMPEDE_HAVE_ONEDNN
@@ -156,11 +157,11 @@ int64_t RoundUpPow2(int64_t x) {
 
 // The process's state: the backend asked for, and under "auto" the choice per shape key.
 struct State {
-  std::mutex mu;
-  std::string backend = "auto";
-  GemmFn fixed = nullptr;  // the named backend's
-  std::map<GemmShape, GemmChoice> choices;  // by key (M rounded up to a power of two)
-  std::set<GemmShape> seen;
+  base::Mutex mu;
+  std::string backend GUARDED_BY(mu) = "auto";
+  GemmFn fixed GUARDED_BY(mu) = nullptr;  // the named backend's
+  std::map<GemmShape, GemmChoice> choices GUARDED_BY(mu);  // by key (M rounded up to a power of two)
+  std::set<GemmShape> seen GUARDED_BY(mu);
 };
 State& TheState() {
   static State* s = new State();
@@ -252,7 +253,7 @@ std::vector<std::string> AvailableGemmBackends(std::vector<std::string>* unavail
 bool SetGemmBackend(const std::string& name, std::string* why) {
   State& st = TheState();
   if (name == "auto" || name.empty()) {
-    std::lock_guard<std::mutex> lock(st.mu);
+    base::MutexLock lock(st.mu);
     st.backend = "auto";
     st.fixed = nullptr;
     return true;
@@ -267,7 +268,7 @@ bool SetGemmBackend(const std::string& name, std::string* why) {
     *why = "net.gemm_backend \"" + name + "\" is not available here: " + Unavailable(name);
     return false;
   }
-  std::lock_guard<std::mutex> lock(st.mu);
+  base::MutexLock lock(st.mu);
   st.backend = name;
   st.fixed = fn;
   return true;
@@ -275,7 +276,7 @@ bool SetGemmBackend(const std::string& name, std::string* why) {
 
 std::string GemmBackend() {
   State& st = TheState();
-  std::lock_guard<std::mutex> lock(st.mu);
+  base::MutexLock lock(st.mu);
   return st.backend;
 }
 
@@ -300,7 +301,7 @@ void Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, in
   const GemmShape shape{ta, tb, M, N, K};
   GemmFn fn = nullptr;
   {
-    std::lock_guard<std::mutex> lock(st.mu);
+    base::MutexLock lock(st.mu);
     st.seen.insert(shape);
     if (st.fixed) {
       fn = st.fixed;
@@ -320,13 +321,13 @@ void Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, in
 
 std::vector<GemmShape> GemmShapesSeen() {
   State& st = TheState();
-  std::lock_guard<std::mutex> lock(st.mu);
+  base::MutexLock lock(st.mu);
   return {st.seen.begin(), st.seen.end()};
 }
 
 std::vector<GemmChoice> GemmChoices() {
   State& st = TheState();
-  std::lock_guard<std::mutex> lock(st.mu);
+  base::MutexLock lock(st.mu);
   std::vector<GemmChoice> out;
   for (const auto& [key, c] : st.choices) out.push_back(c);
   return out;
@@ -338,7 +339,7 @@ GemmChoice ChooseGemm(const GemmShape& shape) {
   const int64_t b_rows = shape.trans_b ? shape.N : shape.K, b_cols = shape.trans_b ? shape.K : shape.N;
   std::vector<float> A(size_t(a_rows * a_cols), 0.5f), B(size_t(b_rows * b_cols), 0.25f);
   State& st = TheState();
-  std::lock_guard<std::mutex> lock(st.mu);
+  base::MutexLock lock(st.mu);
   const GemmShape key = KeyOf(shape);
   auto it = st.choices.find(key);
   if (it == st.choices.end()) it = st.choices.emplace(key, Measure(key, shape, A.data(), a_cols, B.data(), b_cols)).first;

@@ -87,7 +87,7 @@ TEST_CASE("config: sync, async and allreduce take the CUDA learner, not PopArt",
              Catch::Contains("cluster.allreduce: 1 endpoints given, expected one per learner"));
 }
 
-TEST_CASE("config: an unknown torso or device is a located error", "[config]") {
+TEST_CASE("config: an unknown torso, device, inference mode or GEMM is a located error", "[config]") {
   const auto path = WriteTemp("torso", "seed: 3\nnet {\n  torso: \"resnet50\"\n}\n");
   const std::string err = LoadError(path);
   CHECK_THAT(err, Catch::StartsWith(path + ":3:"));
@@ -102,6 +102,11 @@ TEST_CASE("config: an unknown torso or device is a located error", "[config]") {
   CHECK_THAT(LoadError(eps), Catch::Contains("cluster.inference has 2 endpoint(s), but learner.num_learners is 1"));
   CHECK_THAT(LoadError(inf, {"actors.inference=central", "actors.central_inference.timeout_ms=-1"}),
              Catch::Contains("actors.central_inference.timeout_ms"));
+  const auto gemm = WriteTemp("gemm", "seed: 1\nnet { gemm_backend: \"mkl\" }\n");
+  CHECK_THAT(LoadError(gemm), Catch::Contains(":2:") && Catch::Contains("net.gemm_backend: \"mkl\" is not known"));
+  for (const char* b : {"auto", "eigen", "openblas", "blis", "onednn"}) {
+    CHECK(LoadError(gemm, {std::string("net.gemm_backend=") + b}) == "(loaded)");
+  }
 }
 
 TEST_CASE("config: an unknown field fails with file:line:col", "[config]") {
