@@ -138,6 +138,17 @@ void Core::Start(Clock::time_point now) {
 }
 
 namespace {
+// A stop for `role` `index` (-1: all of that role) over the control socket.
+wire::Control StopMessage(wire::Role role, int index, const std::string& reason) {
+  wire::Control c;
+  *c.mutable_sender() = wire::MakeSender(wire::ROLE_COORDINATOR, 0, 0);
+  c.set_stop(true);
+  c.set_stop_role(role);
+  c.set_stop_index(index);
+  c.set_reason(reason);
+  return c;
+}
+
 // "2, 3" (or "none").
 std::string IndexList(const std::vector<int>& v) {
   std::string out;
@@ -218,13 +229,7 @@ void Core::PublishRetireStops() {
   for (const auto& [i, deadline] : retiring_) {
     const Process* p = procs_.Find(wire::ROLE_ACTOR, i);
     if (p == nullptr || p->local) continue;
-    wire::Control c;
-    *c.mutable_sender() = wire::MakeSender(wire::ROLE_COORDINATOR, 0, 0);
-    c.set_stop(true);
-    c.set_stop_role(wire::ROLE_ACTOR);
-    c.set_stop_index(i);
-    c.set_reason("the fleet was scaled down (stampede scale)");
-    stops.push_back(std::move(c));
+    stops.push_back(StopMessage(wire::ROLE_ACTOR, i, "the fleet was scaled down (stampede scale)"));
   }
   sinks_->StopMessages(std::move(stops));
 }
@@ -247,15 +252,7 @@ void Core::StopNextStage() {
   }
   // The same stage for every process, wherever it runs, over the control socket.
   std::vector<wire::Control> stops;
-  auto stop = [&](wire::Role role, int index) {
-    wire::Control c;
-    *c.mutable_sender() = wire::MakeSender(wire::ROLE_COORDINATOR, 0, 0);
-    c.set_stop(true);
-    c.set_stop_role(role);
-    c.set_stop_index(index);
-    c.set_reason(stop_.reason);
-    stops.push_back(c);
-  };
+  auto stop = [&](wire::Role role, int index) { stops.push_back(StopMessage(role, index, stop_.reason)); };
   stop(wire::ROLE_ACTOR, -1);
   if (evaluated && cfg_.evaluation().interval_frames() > 0) stop(wire::ROLE_EVALUATOR, -1);
   for (int l = 1; l < cfg_.learner().num_learners(); ++l) stop(wire::ROLE_LEARNER, l);
