@@ -162,6 +162,7 @@ struct State {
   GemmFn fixed GUARDED_BY(mu) = nullptr;  // the named backend's
   std::map<GemmShape, GemmChoice> choices GUARDED_BY(mu);  // by key (M rounded up to a power of two)
   std::set<GemmShape> seen GUARDED_BY(mu);
+  std::atomic<bool> record{false};  // whether Sgemm adds to `seen`
 };
 State& TheState() {
   static State* s = new State();
@@ -170,37 +171,21 @@ State& TheState() {
 
 double Gflops(const GemmShape& s, double seconds) { return 2.0 * double(s.M) * double(s.N) * double(s.K) / seconds / 1e9; }
 
-// Times every available backend on this product (the caller's operands, a scratch
-// output), alternating them over rounds and keeping each one's best, so a neighbour's
-// load falls on all of them alike.
+// Times every available backend on this product (the caller's operands) and picks the
+// fastest.
 GemmChoice Measure(const GemmShape& key, const GemmShape& s, const float* A, int64_t lda, const float* B,
                    int64_t ldb) {
-  std::vector<const Entry*> live;
-  for (const Entry& e : Entries()) {
-    if (e.fn && Unavailable(e.name).empty()) live.push_back(&e);
-  }
+  const std::vector<std::string> live = AvailableGemmBackends();
   std::vector<float> scratch(size_t(s.M) * size_t(s.N));
-  std::vector<double> best(live.size(), 1e30);
-  for (int round = 0; round < 5; ++round) {
-    for (size_t i = 0; i < live.size(); ++i) {
-      int reps = 0;
-      const auto t0 = Clock::now();
-      double elapsed = 0;
-      do {
-        live[i]->fn(s.trans_a, s.trans_b, s.M, s.N, s.K, A, lda, B, ldb, 0.f, scratch.data(), s.N);
-        ++reps;
-      } while ((elapsed = std::chrono::duration<double>(Clock::now() - t0).count()) < 1e-3);
-      best[i] = std::min(best[i], elapsed / reps);
-    }
-  }
+  const std::vector<double> gflops = TimeGemmBackends(live, s, A, lda, B, ldb, scratch.data(), 1e-3);
   GemmChoice c;
   c.shape = key;
   size_t winner = 0;
   for (size_t i = 0; i < live.size(); ++i) {
-    c.gflops.push_back({live[i]->name, Gflops(s, best[i])});
-    if (best[i] < best[winner]) winner = i;
+    c.gflops.push_back({live[i], gflops[i]});
+    if (gflops[i] > gflops[winner]) winner = i;
   }
-  c.backend = live[winner]->name;
+  c.backend = live[winner];
   return c;
 }
 
@@ -302,7 +287,7 @@ void Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, in
   GemmFn fn = nullptr;
   {
     base::MutexLock lock(st.mu);
-    st.seen.insert(shape);
+    if (st.record.load(std::memory_order_relaxed)) st.seen.insert(shape);
     if (st.fixed) {
       fn = st.fixed;
     } else {
@@ -318,6 +303,35 @@ void Sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, in
   }
   fn(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
+
+std::vector<double> TimeGemmBackends(const std::vector<std::string>& backends, const GemmShape& s, const float* A,
+                                     int64_t lda, const float* B, int64_t ldb, float* C, double slice_s) {
+  std::vector<GemmFn> fns;
+  for (const std::string& b : backends) {
+    GemmFn fn = Find(b);
+    if (!fn) throw std::invalid_argument("gemm backend \"" + b + "\" is not available: " + Unavailable(b));
+    fns.push_back(fn);
+  }
+  for (GemmFn fn : fns) fn(s.trans_a, s.trans_b, s.M, s.N, s.K, A, lda, B, ldb, 0.f, C, s.N);  // warm
+  std::vector<double> best(fns.size(), 1e30);
+  for (int round = 0; round < 5; ++round) {
+    for (size_t i = 0; i < fns.size(); ++i) {
+      int reps = 0;
+      const auto t0 = Clock::now();
+      double elapsed = 0;
+      do {
+        fns[i](s.trans_a, s.trans_b, s.M, s.N, s.K, A, lda, B, ldb, 0.f, C, s.N);
+        ++reps;
+      } while ((elapsed = std::chrono::duration<double>(Clock::now() - t0).count()) < slice_s);
+      best[i] = std::min(best[i], elapsed / reps);
+    }
+  }
+  std::vector<double> gflops;
+  for (double t : best) gflops.push_back(Gflops(s, t));
+  return gflops;
+}
+
+void RecordGemmShapes(bool on) { TheState().record.store(on); }
 
 std::vector<GemmShape> GemmShapesSeen() {
   State& st = TheState();

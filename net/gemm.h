@@ -47,8 +47,17 @@ struct GemmChoice {
   std::string backend;
   std::vector<std::pair<std::string, double>> gflops;
 };
-// Every shape this process has multiplied (recorded whatever the backend), and the
-// choices "auto" made so far.
+// GFLOP/s of each named backend on `s` with the caller's operands (C is scratch of M x N,
+// leading dimension N): one warm-up product each, then five rounds that take the backends
+// in turn for `slice_s` each (so a neighbour's load falls on all of them alike and each
+// sees the caches the others leave), each backend's best round kept. "auto" measures with
+// this (1 ms slices), and so does `stampede bench --gemm`.
+std::vector<double> TimeGemmBackends(const std::vector<std::string>& backends, const GemmShape& s, const float* A,
+                                     int64_t lda, const float* B, int64_t ldb, float* C, double slice_s);
+// While on (off by default: it costs a lock and a set insert per product), every shape
+// Sgemm multiplies is recorded, whatever the backend; GemmShapesSeen() lists them (the
+// bench uses this to find a network's products). Also the choices "auto" made so far.
+void RecordGemmShapes(bool on);
 std::vector<GemmShape> GemmShapesSeen();
 std::vector<GemmChoice> GemmChoices();
 // The choice for `shape` under "auto", measuring now if it has none yet.

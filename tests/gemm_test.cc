@@ -94,3 +94,25 @@ TEST_CASE("gemm: an unknown or uninstalled backend is refused by name", "[gemm]"
   CHECK(net::GemmBackend() == "eigen");
   CHECK(net::SetGemmBackend("auto", &why));
 }
+
+TEST_CASE("gemm: shapes are recorded only while asked", "[gemm]") {
+  const int64_t M = 7, N = 9, K = 5;
+  // Room for the largest product below (M + 2 rows).
+  std::vector<float> a(size_t((M + 2) * K), 1.f), b(size_t(K * N), 1.f), c(size_t((M + 2) * N), 0.f);
+  auto has = [&](int64_t m) {
+    for (const auto& s : net::GemmShapesSeen()) {
+      if (s.M == m && s.N == N && s.K == K) return true;
+    }
+    return false;
+  };
+  net::Sgemm(false, false, M, N, K, a.data(), K, b.data(), N, false, c.data(), N);
+  CHECK_FALSE(has(M));
+  net::RecordGemmShapes(true);
+  net::Sgemm(false, false, M + 1, N, K, a.data(), K, b.data(), N, false, c.data(), N);
+  net::RecordGemmShapes(false);
+  net::Sgemm(false, false, M + 2, N, K, a.data(), K, b.data(), N, false, c.data(), N);
+  CHECK(has(M + 1));
+  CHECK_FALSE(has(M));
+  CHECK_FALSE(has(M + 2));
+  for (float v : c) CHECK(v == float(K));
+}

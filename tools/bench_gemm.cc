@@ -39,32 +39,10 @@ struct Operands {
   int64_t lda, ldb;
 };
 
-// GFLOP/s of each backend on `s`, the best of five rounds that take the backends in turn
-// (as "auto" measures: each sees the caches the others leave), `seconds` in all.
 std::vector<double> Time(const std::vector<std::string>& backends, const net::GemmShape& s, Operands& o,
                          double seconds) {
-  auto run = [&](const std::string& backend) {
-    net::SgemmOn(backend, s.trans_a, s.trans_b, s.M, s.N, s.K, o.a.data(), o.lda, o.b.data(), o.ldb, false,
-                 o.c.data(), s.N);
-  };
-  for (const auto& b : backends) run(b);  // warm
-  std::vector<double> best(backends.size(), 1e30);
-  const double slice = seconds / (5.0 * double(backends.size()));
-  for (int round = 0; round < 5; ++round) {
-    for (size_t i = 0; i < backends.size(); ++i) {
-      int reps = 0;
-      const auto t0 = Clock::now();
-      double elapsed = 0;
-      do {
-        run(backends[i]);
-        ++reps;
-      } while ((elapsed = Seconds(t0)) < slice);
-      best[i] = std::min(best[i], elapsed / reps);
-    }
-  }
-  std::vector<double> gflops;
-  for (double t : best) gflops.push_back(2.0 * double(s.M) * double(s.N) * double(s.K) / t / 1e9);
-  return gflops;
+  return net::TimeGemmBackends(backends, s, o.a.data(), o.lda, o.b.data(), o.ldb, o.c.data(),
+                               seconds / (5.0 * double(backends.size())));
 }
 
 // The distinct products of one learner step (forward and backward over B = 16 unrolls of
@@ -83,9 +61,11 @@ std::vector<net::GemmShape> LearnerStepShapes(const std::string& torso) {
   std::vector<uint8_t> obs(static_cast<size_t>(rows) * spec.obs_size(), 100), first(static_cast<size_t>(rows), 0);
   std::vector<float> policy(static_cast<size_t>(rows) * 6), values(static_cast<size_t>(rows)), dpolicy(policy.size(), 0.01f),
       dvalues(values.size(), 0.01f);
+  net::RecordGemmShapes(true);
   const auto before = net::GemmShapesSeen();
   model->Forward(params.data(), obs.data(), T1, B, first.data(), nullptr, policy.data(), values.data());
   model->Backward(params.data(), dpolicy.data(), dvalues.data(), grad.data());
+  net::RecordGemmShapes(false);
   const std::set<net::GemmShape> old(before.begin(), before.end());
   std::vector<net::GemmShape> out;
   for (const auto& s : net::GemmShapesSeen()) {

@@ -46,38 +46,8 @@ mkdir -p "$out"
 sf_version=$("$sf_venv/bin/python" -c "import importlib.metadata as m; print(m.version('sample-factory'), 'with torch', m.version('torch'))" 2> /dev/null || echo "?")
 echo "bench_sample_factory: $pairs pairs of $seconds s runs (frames/s after the first $warmup s), Sample Factory $sf_version, $(nproc) cores"
 
-# A run's frames/s after the warm-up, from its frame counters: (last - first) / elapsed
-# over the readings at or after `warmup` seconds, and the median of its own rate readings.
-# Sample Factory: "[2026-12-03 12:01:36,023][06004] Fps is (10 sec: 2048.0, ...). Total num
-# frames: 151552." (its 10-second rates come in steps of 409.6, so the counters say more);
-# Stampede: "[   40.2s] frames 277.8k (8.3k/s) | ...".
-rate() {
-  python3 - "$1" "$2" "$warmup" <<'PY'
-import datetime, re, statistics, sys
-kind, path, warmup = sys.argv[1], sys.argv[2], float(sys.argv[3])
-rows = []  # (seconds, frames, rate reading)
-for line in open(path, errors="replace"):
-    if kind == "sf":
-        m = re.search(r"\[(\d+-\d+-\d+ \d+:\d+:\d+),(\d+)\].*Fps is \(10 sec: ([0-9.]+|nan).*Total num frames: (\d+)", line)
-        if m:
-            t = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(m.group(2)) / 1000
-            rows.append((t, int(m.group(4)), float(m.group(3))))
-    else:
-        m = re.match(r"\[\s*([0-9.]+)s\] frames ([0-9.]+)([kM]?) \(([0-9.]+)([kM]?)/s\)", line)
-        if m:
-            unit = {"k": 1e3, "M": 1e6, "": 1}
-            rows.append((float(m.group(1)), float(m.group(2)) * unit[m.group(3)], float(m.group(4)) * unit[m.group(5)]))
-if not rows:
-    print("nan nan")
-    sys.exit()
-t0 = rows[0][0]
-w = [r for r in rows if r[0] - t0 >= warmup and r[2] == r[2]]
-if len(w) < 2:
-    print("nan nan")
-else:
-    print(f"{(w[-1][1] - w[0][1]) / (w[-1][0] - w[0][0]):.0f} {statistics.median(r[2] for r in w):.0f}")
-PY
-}
+# A run's frames/s after the warm-up and the median of its rate readings (tools/fleet_rate.py).
+rate() { python3 tools/fleet_rate.py "$1" "$2" "$warmup"; }
 
 ratios=()
 for ((p = 1; p <= pairs; p++)); do
