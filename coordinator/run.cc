@@ -474,6 +474,11 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     std::unique_ptr<wire::ZapHandler> zap;
     if (curve) zap = std::make_unique<wire::ZapHandler>(ctx, *curve, wire::RunAllowList(), "stampede");
     caf::actor_system_config sys_cfg;
+    // Workers that sleep on a condition variable when there is nothing to do. CAF's default
+    // work-stealing workers poll: after each message, hundreds of 50 us sleeps per worker,
+    // so the coordinator's 100 ms tick kept about 12% of a core busy waking them, which
+    // the fleet's roles want on a small machine.
+    sys_cfg.set("scheduler.policy", caf::atom("sharing"));
     caf::actor_system sys{sys_cfg};
     coordinator::CoreOptions core_opt;
     core_opt.quiet = opt.quiet;
