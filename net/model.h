@@ -70,10 +70,19 @@ void InitParams(const ModelSpec& spec, uint64_t seed, std::span<float> params);
 constexpr double kUint8InputScale = 1.0 / 255.0;
 
 // net.center_frames on one observation's channel of `area` values, in place.
+// The sum runs in eight independent lanes (kept in vector registers), not as one chain of
+// dependent additions: an 84x84 channel took about 10 us that way, 18% of a Pong learner
+// step and 7% of an actor's frame.
 template <class S>
 inline void CenterChannel(S* x, int64_t area) {
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= area; i += 8) {
+    for (int k = 0; k < 8; ++k) lane[k] += double(x[i + k]);
+  }
   double sum = 0;
-  for (int64_t i = 0; i < area; ++i) sum += double(x[i]);
+  for (; i < area; ++i) sum += double(x[i]);
+  for (double v : lane) sum += v;
   const S mean = S(sum / double(area));
   for (int64_t i = 0; i < area; ++i) x[i] -= mean;
 }

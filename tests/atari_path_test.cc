@@ -188,3 +188,23 @@ TEST_CASE("net.center_frames: a constant added to a frame changes nothing the ne
   for (size_t i = 0; i < c.size(); ++i) moved = std::max(moved, double(std::abs(c[i] - d[i])));
   CHECK(moved > 1e-3);
 }
+
+TEST_CASE("net.center_frames: each channel loses its mean computed directly at every length", "[net][atari]") {
+  // The laned sum against a plain double sum, at lengths with and without a tail past the
+  // last full lane group (84x84 is a multiple of eight; 13 and 7 are not).
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  for (const int64_t area : {int64_t(84 * 84), int64_t(13), int64_t(7), int64_t(1)}) {
+    std::vector<float> x(static_cast<size_t>(area));
+    for (auto& v : x) v = u(rng);
+    double sum = 0;
+    for (float v : x) sum += double(v);
+    const float mean = float(sum / double(area));
+    std::vector<float> centred = x;
+    net::CenterChannel(centred.data(), area);
+    for (int64_t i = 0; i < area; ++i) CHECK(centred[size_t(i)] == x[size_t(i)] - mean);
+    double after = 0;
+    for (float v : centred) after += double(v);
+    CHECK(std::abs(after / double(area)) < 1e-6);
+  }
+}
