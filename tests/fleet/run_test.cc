@@ -26,9 +26,11 @@ using namespace stampede::fleet;
 TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
   const std::string run_dir = FreshRunDir("catch");
   // With evaluation during training: an evaluator runs the newest policy on Catch envs of
-  // its own every 100k frames.
+  // its own every 100k frames. Rows every 0.5 s: the run lasts about 4 s, and with the
+  // default 2 s a loaded CI machine once wrote a single row, at the budget, where the
+  // linear schedule has brought the learning rate (and so the update) to zero.
   Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set", "evaluation.interval_frames=100000",
-                  "--set", "evaluation.episodes=20"},
+                  "--set", "evaluation.episodes=20", "--set", "coordinator.progress_interval_s=0.5"},
                  run_dir + ".out");
   const int code = Wait(p, std::chrono::seconds(110));
   INFO(Slurp(p.output_path));
