@@ -62,4 +62,4 @@ for ((p = 1; p <= pairs; p++)); do
     "$p" "$ra" "$ma" "$rb" "$mb" "$ratio"
 done
 printf "bench_ab: median B/A %.3f over %d pairs (logs in %s)\n" \
-  "$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')" "$pairs" "$out"
+  "$(python3 tools/fleet_rate.py median "${ratios[@]}")" "$pairs" "$out"

@@ -71,4 +71,4 @@ for ((p = 1; p <= pairs; p++)); do
     "$p" "$sf" "$sf_median" "$st" "$st_median" "$ratio"
 done
 printf "bench_sample_factory: median ratio %.2fx over %d pairs (logs in %s)\n" \
-  "$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')" "$pairs" "$out"
+  "$(python3 tools/fleet_rate.py median "${ratios[@]}")" "$pairs" "$out"

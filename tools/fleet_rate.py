@@ -2,6 +2,7 @@
 """A fleet run's frames/s from its log's frame counters, after a warm-up.
 
 usage: fleet_rate.py sf|stampede LOG WARMUP_SECONDS
+       fleet_rate.py median VALUE...   (the pair benches' median ratio)
 Prints "RATE MEDIAN": (last - first frames) / elapsed over the readings at or after
 WARMUP seconds from the first, and the median of the run's own rate readings in that
 window; "nan nan" when there are fewer than two such readings.
@@ -32,6 +33,9 @@ def readings(kind, path):
 
 
 def main():
+    if sys.argv[1:2] == ["median"]:
+        print(statistics.median(float(v) for v in sys.argv[2:]))
+        return
     kind, path, warmup = sys.argv[1], sys.argv[2], float(sys.argv[3])
     if kind not in ("sf", "stampede"):
         sys.exit(f"fleet_rate: kind must be sf or stampede, not {kind!r}")
