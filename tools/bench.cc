@@ -1,7 +1,17 @@
 #include "tools/bench.h"
 
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <new>
+#include <thread>
 
 #include <unsupported/Eigen/CXX11/Tensor>
 
@@ -78,7 +88,96 @@ int RunMinAtarBench(const BenchOptions& opt) {
   return 0;
 }
 
+namespace {
+// `--copies N`: the bench's processes start each timed part together and average its
+// figure. The state lives in a shared anonymous mapping made before the fork; a process
+// that does not arrive within a minute (it failed before the part) ends the wait with an
+// error instead of a hang.
+class Copies {
+ public:
+  static constexpr int kMax = 256;
+  explicit Copies(int n) : n_(n) {
+    if (n_ <= 1) return;
+    void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) {
+      std::fprintf(stderr, "bench: --copies: cannot map shared memory: %s\n", std::strerror(errno));
+      n_ = 1;
+      return;
+    }
+    shared_ = new (mem) Shared();
+    std::fflush(nullptr);
+    for (int i = 1; i < n_; ++i) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        index_ = i;
+        // Only the first process prints; the others measure.
+        if (!std::freopen("/dev/null", "w", stdout)) std::perror("bench: --copies");
+        children_.clear();
+        return;
+      }
+      if (pid < 0) {
+        std::fprintf(stderr, "bench: --copies: fork failed: %s\n", std::strerror(errno));
+        break;
+      }
+      children_.push_back(pid);
+    }
+  }
+  ~Copies() {
+    if (n_ <= 1) return;
+    if (index_ > 0) {
+      std::fflush(nullptr);
+      _exit(0);  // a copy ends here, before anything the first process alone does
+    }
+    for (const pid_t pid : children_) waitpid(pid, nullptr, 0);
+    munmap(shared_, sizeof(Shared));
+  }
+  int n() const { return n_; }
+  bool first() const { return index_ == 0; }
+  // Waits until every process reached the same point (the start or end of a timed part).
+  bool Meet() {
+    if (n_ <= 1) return true;
+    const int target = n_ * ++meetings_;
+    shared_->arrived.fetch_add(1);
+    for (int waited_ms = 0; shared_->arrived.load() < target; ++waited_ms) {
+      if (waited_ms > 60000) {
+        std::fprintf(stderr, "bench: --copies: a copy did not reach part %d within 60 s\n", meetings_);
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+  // This process's figure in, the mean of every process's out (after all gave theirs).
+  double Mean(double value) {
+    if (n_ <= 1) return value;
+    shared_->values[index_] = value;
+    if (!Meet()) return value;
+    double sum = 0;
+    for (int i = 0; i < n_; ++i) sum += shared_->values[i];
+    const double mean = sum / n_;
+    Meet();  // nobody writes the next part's figure before all have read this one
+    return mean;
+  }
+  // " (mean of N processes at once)" where there are copies.
+  std::string Note() const {
+    return n_ > 1 ? " [mean of " + std::to_string(n_) + " processes at once]" : std::string();
+  }
+
+ private:
+  struct Shared {
+    std::atomic<int> arrived{0};
+    double values[kMax] = {};
+  };
+  int n_;
+  int index_ = 0;
+  int meetings_ = 0;
+  Shared* shared_ = nullptr;
+  std::vector<pid_t> children_;
+};
+}  // namespace
+
 int RunBench(const BenchOptions& opt) {
+  Copies copies(std::min(opt.copies, Copies::kMax));
   LoadedConfig loaded;
   std::string error;
   if (!LoadConfig(opt.config_path, opt.sets, &loaded, &error)) {
@@ -126,6 +225,7 @@ int RunBench(const BenchOptions& opt) {
     };
     env->Reset(1, obs.data());
     int64_t steps = 0;
+    copies.Meet();
     const auto start = Clock::now();
     double elapsed = 0;
     while ((elapsed = Since(start)) < opt.seconds) {
@@ -140,8 +240,9 @@ int RunBench(const BenchOptions& opt) {
       steps += 64 * E;
     }
     const int fps = env->spec().frames_per_step;
-    std::printf("  env steps/s (%d envs as one vector env, random actions): %12.0f  (%.1f ns/step, %.0f frames/s at %d frames/step; C++ CartPole limit ~15 ns/step)\n",
-                E, steps / elapsed, 1e9 * elapsed / steps, fps * steps / elapsed, fps);
+    const double env_sps = copies.Mean(steps / elapsed);
+    std::printf("  env steps/s (%d envs as one vector env, random actions): %12.0f  (%.1f ns/step, %.0f frames/s at %d frames/step; C++ CartPole limit ~15 ns/step)%s\n",
+                E, env_sps, 1e9 / env_sps, fps * env_sps, fps, copies.Note().c_str());
     // What one actor message weighs: observations travel in the spec's dtype.
     config::Config with_spec = cfg;
     *with_spec.mutable_env()->mutable_resolved_spec() = actors::SpecToProto(env->spec());
@@ -158,6 +259,9 @@ int RunBench(const BenchOptions& opt) {
                 (long long)as_float, double(as_float) / double(bytes));
   }
 
+  // What parts 2 and 3 measure, for the limit they imply together (below).
+  double actor_fps = 0, learner_fps = 0;
+
   // 2. Actor steps/s: E envs, batched inference, sampling, unroll assembly; no sockets.
   {
     auto core = actors::ActorCore::Create(cfg, 0, &error);
@@ -171,12 +275,15 @@ int RunBench(const BenchOptions& opt) {
     // The first unroll resets the envs (ALE builds its palettes then: seconds); untimed.
     core->CollectUnroll(params, 0, &batch);
     const int64_t warm = core->frames();
+    copies.Meet();
     const auto start = Clock::now();
     double elapsed = 0;
     while ((elapsed = Since(start)) < opt.seconds) core->CollectUnroll(params, 0, &batch);
-    const double sps = double(core->frames() - warm) / elapsed;
-    std::printf("  actor frames/s (1 core, %d envs, %s inference): %12.0f  (%.2f us/step)\n",
-                cfg.actors().envs_per_actor(), net::TorsoName(core->net_spec()).c_str(), sps, 1e6 / sps);
+    const double sps = copies.Mean(double(core->frames() - warm) / elapsed);
+    actor_fps = sps;
+    std::printf("  actor frames/s (1 core, %d envs, %s inference): %12.0f  (%.2f us/step)%s\n",
+                cfg.actors().envs_per_actor(), net::TorsoName(core->net_spec()).c_str(), sps, 1e6 / sps,
+                copies.Note().c_str());
     // The last unroll as it travels (wire.stack_frames): its bytes and how its
     // observations went, checked against what the learner decodes.
     zmq::context_t ctx(1);
@@ -235,6 +342,7 @@ int RunBench(const BenchOptions& opt) {
     std::fill(grad.begin(), grad.end(), 0.f);
     learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
     int64_t steps = 0;
+    copies.Meet();
     const auto start = Clock::now();
     double elapsed = 0;
     while ((elapsed = Since(start)) < opt.seconds) {
@@ -244,14 +352,36 @@ int RunBench(const BenchOptions& opt) {
       rms.Step(params, grad, 1e-4, steps + 1);
       ++steps;
     }
-    const double sps = steps / elapsed;
+    const double sps = copies.Mean(steps / elapsed);
     // Backward costs about twice the forward pass.
     const double flops = 3.0 * double((T + 1) * B) * model->ForwardFlops();
     std::string gemm;
     const double peak = MeasureGemmGflops(0.5, &gemm);
-    std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.2f  (%.0f frames/s; ~%.1f GFLOP/s; a 512^3 GEMM (%s): %.1f)\n",
+    std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.2f  (%.0f frames/s; ~%.1f GFLOP/s; a 512^3 GEMM (%s): %.1f)%s\n",
                 B, T, net::TorsoName(core->net_spec()).c_str(), (long long)model->layout().total_size(), sps,
-                sps * T * B * core->frames_per_step(), sps * flops / 1e9, gemm.c_str(), peak);
+                sps * T * B * core->frames_per_step(), sps * flops / 1e9, gemm.c_str(), peak, copies.Note().c_str());
+    learner_fps = sps * T * B * core->frames_per_step();
+  }
+  if (!copies.first()) return 0;  // a copy's part ends with the parts
+
+  // The fleet these parts allow on this machine's cores, were the PS shards, the sockets and
+  // the coordinator free: each fresh frame takes 1/actor core-seconds to act and
+  // 1/(learner x fresh share of a batch) to learn from, the actors and learners share the
+  // cores, and each actor process and each learner uses at most one core (its acting or
+  // training loop is one thread at a time). A fleet's frames/s over this is its share.
+  {
+    const double fresh = 1.0 - cfg.learner().replay().fraction();
+    const double learn_fps = learner_fps * fresh;
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    const double shared = cores / (1.0 / actor_fps + 1.0 / learn_fps);
+    const double limit = std::min({shared, cfg.actors().num_actors() * actor_fps,
+                                   cfg.learner().num_learners() * learn_fps});
+    std::printf("  parts' limit on %d cores (%d actors, %d learner(s), %.0f%% of each batch fresh; PS and sockets "
+                "free; parts measured %s): %.0f frames/s\n",
+                cores, cfg.actors().num_actors(), cfg.learner().num_learners(), 100 * fresh,
+                copies.n() > 1 ? ("with " + std::to_string(copies.n()) + " processes at once").c_str() : "alone", limit);
+    std::printf("RESULT parts_limit_frames_per_s=%.0f actor_frames_per_s=%.0f learner_fresh_frames_per_s=%.0f\n", limit,
+                actor_fps, learn_fps);
   }
 
   // 4. The whole fleet, learning, on this machine: with CURVE (the default) and without,

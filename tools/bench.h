@@ -14,6 +14,10 @@ struct BenchOptions {
   std::vector<std::string> sets;
   double seconds = 2.0;
   long long fleet_frames = 1000000;
+  // The env, actor and learner parts run in this many processes at once, their timed loops
+  // started together, and each figure is the mean per process: a part's speed while every
+  // core works (caches and memory shared), which is what a fleet on that many cores gets.
+  int copies = 1;
   bool networks = false;  // --networks: the torso inference table instead
   bool gpu = false;       // --gpu: the CUDA learner step instead
   bool broadcast = false; // --broadcast: PS fetch time of 16 clients instead

@@ -6,7 +6,6 @@
 #include "tools/bench.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -21,10 +20,6 @@
 
 namespace stampede::tools {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // The operands of a shape, filled with small values.
 struct Operands {

@@ -12,6 +12,12 @@
 # Each run lasts SECONDS; its figure is its frames/s after the first WARMUP seconds, from
 # its own frame counters (Sample Factory's "Total num frames", Stampede's progress lines),
 # with the median of its rate readings beside it. Both count ALE frames (frame skip 4).
+# Right before and right after each Stampede run, `stampede bench` measures its parts (actor,
+# learner) with the same overrides and prints the fleet they allow on these cores (the
+# parts' limit), twice: with every core busy (`--copies $(nproc)`: as many bench processes,
+# timed together, as the fleet has cores to share) and alone on an idle machine. The pair's
+# lines give the mean of the before and after readings and the fleet's share of each, so the
+# machine's drift between runs does not enter the share.
 #
 # usage: tools/bench_sample_factory.sh [--pairs N] [--seconds S] [--warmup W] [--set path=value ...]
 # Sample Factory lives in its own venv (SF_VENV, default runs/sf-venv), made on first
@@ -49,7 +55,18 @@ echo "bench_sample_factory: $pairs pairs of $seconds s runs (frames/s after the 
 # A run's frames/s after the warm-up and the median of its rate readings (tools/fleet_rate.py).
 rate() { python3 tools/fleet_rate.py "$1" "$2" "$warmup"; }
 
-ratios=()
+# The parts' limit (`stampede bench`'s RESULT line) measured by COPIES processes at once,
+# its output appended to LOG.
+limit() {
+  "$stampede" bench --config configs/atari_pong.textproto --seconds 5 --fleet-frames 0 --copies "$2" \
+    --set learner.replay.fraction=0 --set learner.batch_size=16 "${sets[@]}" 2>&1 | tee -a "$1" |
+    sed -n 's/^RESULT parts_limit_frames_per_s=\([0-9.]*\).*/\1/p'
+}
+mean2() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN {print (a > 0 && b > 0 ? (a + b) / 2 : "nan")}'; }
+share() { awk -v a="$1" -v b="$2" 'BEGIN {print (b > 0 ? a / b : "nan")}'; }
+pct() { python3 tools/fleet_rate.py median "$@" | awk '{print 100 * $1}'; }
+
+ratios=() shares=() alone_shares=()
 for ((p = 1; p <= pairs; p++)); do
   sf_log=$out/sf-$p.log st_log=$out/stampede-$p.log
   rm -rf "$out/sf-train-$p"
@@ -60,15 +77,25 @@ for ((p = 1; p <= pairs; p++)); do
   sleep 5  # its processes gone
   read -r sf sf_median < <(rate sf "$sf_log")
   rm -rf "$out/stampede-$p"
+  : > "$out/limit-$p.log"
+  busy_before=$(limit "$out/limit-$p.log" "$(nproc)")
+  alone_before=$(limit "$out/limit-$p.log" 1)
   timeout -s INT "$seconds" "$stampede" run configs/atari_pong.textproto --run-dir "$out/stampede-$p" \
     --set stop.total_env_frames=1000000000 --set learner.replay.fraction=0 --set learner.batch_size=16 \
     "${sets[@]}" > "$st_log" 2>&1 || true
   sleep 5
+  busy_after=$(limit "$out/limit-$p.log" "$(nproc)")
+  alone_after=$(limit "$out/limit-$p.log" 1)
   read -r st st_median < <(rate stampede "$st_log")
-  ratio=$(awk -v a="$st" -v b="$sf" 'BEGIN {print (b > 0 ? a / b : "nan")}')
-  ratios+=("$ratio")
+  ratio=$(share "$st" "$sf")
+  busy=$(mean2 "$busy_before" "$busy_after") alone=$(mean2 "$alone_before" "$alone_after")
+  ratios+=("$ratio") shares+=("$(share "$st" "$busy")") alone_shares+=("$(share "$st" "$alone")")
   printf "  pair %d: Sample Factory %6.0f frames/s (median reading %s)   Stampede %6.0f frames/s (median reading %s)   ratio %.2fx\n" \
     "$p" "$sf" "$sf_median" "$st" "$st_median" "$ratio"
+  printf "          parts' limit, every core busy %6.0f frames/s (before %s, after %s): Stampede's share %.1f%%\n" \
+    "$busy" "${busy_before:-?}" "${busy_after:-?}" "$(pct "${shares[-1]}")"
+  printf "          parts' limit, each part alone %6.0f frames/s (before %s, after %s): Stampede's share %.1f%%\n" \
+    "$alone" "${alone_before:-?}" "${alone_after:-?}" "$(pct "${alone_shares[-1]}")"
 done
-printf "bench_sample_factory: median ratio %.2fx over %d pairs (logs in %s)\n" \
-  "$(python3 tools/fleet_rate.py median "${ratios[@]}")" "$pairs" "$out"
+printf "bench_sample_factory: median ratio %.2fx; median share of the parts' limit %.1f%% (every core busy), %.1f%% (parts alone); %d pairs (logs in %s)\n" \
+  "$(python3 tools/fleet_rate.py median "${ratios[@]}")" "$(pct "${shares[@]}")" "$(pct "${alone_shares[@]}")" "$pairs" "$out"

@@ -187,6 +187,10 @@ int main(int argc, char** argv) {
                   "Measure the learners' ring-allreduce alone (2-4 learners, 1M and 10M floats) against ZeroMQ's loopback bandwidth");
   bench->add_flag("--gemm", bench_opt.gemm,
                   "Measure float32 GEMM GFLOP/s on one thread for Eigen, OpenBLAS and BLIS (where installed) instead");
+  bench->add_option("--copies", bench_opt.copies,
+                    "Run the env, actor and learner parts in N processes at once, timed together; print the mean "
+                    "per process (a part's speed with N cores busy)")
+      ->default_val(1)->check(CLI::Range(1, 256));
   bench->add_option("--fleet-frames", bench_opt.fleet_frames,
                     "Frame budget of the end-to-end fleet run (0 skips it)")
       ->default_val(1000000);

@@ -342,6 +342,44 @@ TEST_CASE("fleet: `stampede help` lists the subcommands, and an unknown one says
   CHECK_THAT(Slurp(dir + ".bad.out"), Catch::Contains("unknown subcommand \"trian\"") && Catch::Contains("  suite "));
 }
 
+TEST_CASE("fleet: `stampede bench --copies 2` times the parts in two processes at once and prints the limit they imply", "[fleet]") {
+  const std::string dir = FreshRunDir("bench_copies");
+  // The figure on a RESULT line after `key=`, or -1.
+  auto result = [](const std::string& out, const std::string& key) {
+    const size_t at = out.find("RESULT parts_limit_frames_per_s=");
+    if (at == std::string::npos) return -1.0;
+    const size_t k = out.find(key + "=", at);
+    return k == std::string::npos ? -1.0 : std::atof(out.c_str() + k + key.size() + 1);
+  };
+  for (const int copies : {1, 2}) {
+    const std::string out_path = dir + ".copies" + std::to_string(copies) + ".out";
+    Proc bench = Start({"bench", "--config", "configs/catch.textproto", "--seconds", "0.3", "--fleet-frames", "0",
+                        "--copies", std::to_string(copies)},
+                       out_path);
+    REQUIRE(Wait(bench, std::chrono::seconds(60)) == 0);
+    const std::string out = Slurp(out_path);
+    INFO(out);
+    // Only the first process prints: one figure per part, one RESULT line.
+    size_t results = 0;
+    for (size_t at = out.find("RESULT "); at != std::string::npos; at = out.find("RESULT ", at + 1)) ++results;
+    CHECK(results == 1);
+    for (const char* part : {"  env steps/s", "  actor frames/s", "  learner steps/s"}) {
+      const size_t line = out.find(part);
+      REQUIRE(line != std::string::npos);
+      const std::string text = out.substr(line, out.find('\n', line) - line);
+      CHECK((text.find("[mean of 2 processes at once]") != std::string::npos) == (copies == 2));
+    }
+    CHECK_THAT(out, Catch::Contains(copies == 2 ? "parts measured with 2 processes at once" : "parts measured alone"));
+    // The limit from the parts, computed here: Catch has 2 actors, 1 learner, no replay.
+    const double actor = result(out, "actor_frames_per_s"), learner = result(out, "learner_fresh_frames_per_s");
+    REQUIRE(actor > 0);
+    REQUIRE(learner > 0);
+    const double cores = std::max(1u, std::thread::hardware_concurrency());
+    const double expected = std::min({cores / (1 / actor + 1 / learner), 2 * actor, learner});
+    CHECK(std::abs(result(out, "parts_limit_frames_per_s") - expected) <= 1.0 + 1e-6 * expected);
+  }
+}
+
 TEST_CASE("fleet: a killed actor is restarted while the run goes on", "[fleet]") {
   const std::string run_dir = FreshRunDir("restart");
   Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
