@@ -70,7 +70,14 @@ for mode in "${MODES[@]}"; do
     abandoned=$(cat "$D"/logs/learner-*.log 2>/dev/null | grep -c "abandoned")
     echo "chaos: $verdict $mode run $run: $kills kills ($killed ), exit $rc, summary exit_code $code, frames $frames of $FRAMES, restarts $(json "$S" "d['restarts']") + actors $(json "$S" "d['actor_restarts']"), checkpoint rounds abandoned $abandoned, failed $(json "$S" "d.get('checkpoint_failures', 0)"), newest checkpoint: $(echo "$ckpt" | tail -1 | sed "s|$WORK/||")"
     if [[ $verdict == FAIL ]]; then
-      echo "chaos: the run's stderr ends:" && grep -v "^\[" "$D.out" | tail -15 | sed 's/^/    /'
+      # Everything needed to tell why, since the run directory goes with WORK.
+      echo "chaos: the run's stop reason: $(json "$S" "d.get('stop_reason', '')")"
+      echo "chaos: the run's stderr ends:" && grep -v "^\[\|^gemm:" "$D.out" | tail -15 | sed 's/^/    /'
+      for log in "$D"/logs/*.log; do
+        [[ -f $log ]] || continue
+        echo "chaos: ${log#"$D"/} ends:" && grep -v "^gemm:" "$log" | tail -5 | sed 's/^/    /'
+      done
+      echo "chaos: $("$BIN" checkpoints "$D" 2>&1 | tail -3 | sed "s|$WORK/||" | paste -sd';' -)"
     fi
   done
 done
