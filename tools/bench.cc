@@ -116,7 +116,8 @@ class Copies {
         return;
       }
       if (pid < 0) {
-        std::fprintf(stderr, "bench: --copies: fork failed: %s\n", std::strerror(errno));
+        std::fprintf(stderr, "bench: --copies: fork failed: %s; measuring with %d processes\n", std::strerror(errno), i);
+        n_ = i;  // the meetings wait for the processes that exist
         break;
       }
       children_.push_back(pid);
@@ -158,7 +159,7 @@ class Copies {
     Meet();  // nobody writes the next part's figure before all have read this one
     return mean;
   }
-  // " (mean of N processes at once)" where there are copies.
+  // " [mean of N processes at once]" where there are copies.
   std::string Note() const {
     return n_ > 1 ? " [mean of " + std::to_string(n_) + " processes at once]" : std::string();
   }

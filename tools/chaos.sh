@@ -77,7 +77,7 @@ for mode in "${MODES[@]}"; do
         [[ -f $log ]] || continue
         echo "chaos: ${log#"$D"/} ends:" && grep -v "^gemm:" "$log" | tail -5 | sed 's/^/    /'
       done
-      echo "chaos: $("$BIN" checkpoints "$D" 2>&1 | tail -3 | sed "s|$WORK/||" | paste -sd';' -)"
+      echo "chaos: $(echo "$ckpt" | tail -3 | sed "s|$WORK/||" | paste -sd';' -)"
     fi
   done
 done
