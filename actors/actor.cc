@@ -285,8 +285,9 @@ base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<boo
   wire::LimitKernelBuffers(out, wire::TrajectoryBytes(cfg.actors().unroll_length(),
                                                      cfg.actors().envs_per_actor(), core->shape()));
   const int learner_index = LearnerOfActor(cfg, task_index);
-  if (curve) curve->MakeClient(out, wire::Identity("learner", learner_index));
-  out.connect(LearnerEndpoint(cfg, learner_index));
+  const std::string learner_endpoint = LearnerEndpoint(cfg, learner_index);
+  if (curve) curve->MakeClient(out, wire::Identity("learner", learner_index), learner_endpoint);
+  out.connect(learner_endpoint);
   wire::StatusChannel channel(ctx, cfg.cluster().coordinator(), sender, curve.get(), cfg.cluster().control(), &stop);
   wire::Status& status = channel.status();
   auto report = [&](const char* activity) {

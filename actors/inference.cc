@@ -122,7 +122,7 @@ InferenceClient::InferenceClient(zmq::context_t& ctx, const config::Config& cfg,
   m.flags.resize(size_t(m.E));
   wire::ConfigureSender(m.socket, 4, 100);
   wire::ConfigureReceiver(m.socket, cfg.cluster().max_message_bytes());
-  if (curve != nullptr) curve->MakeClient(m.socket, wire::Identity("learner", learner));
+  if (curve != nullptr) curve->MakeClient(m.socket, wire::Identity("learner", learner), m.endpoint);
   m.socket.connect(m.endpoint);
 }
 
@@ -471,7 +471,7 @@ bool InferenceServer::Start(std::string* error) {
   if (m.curve) {
     m.zap = std::make_unique<wire::ZapHandler>(m.ctx, *m.curve, wire::RunAllowList(),
                                                "learner " + std::to_string(m.learner) + " inference");
-    m.curve->MakeServer(*m.socket, wire::kDomainInference);
+    m.curve->MakeServer(*m.socket, wire::kDomainInference, endpoint);
   }
   try {
     m.socket->bind(BindEndpoint(cfg, endpoint));

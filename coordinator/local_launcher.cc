@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "wire/auth.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::coordinator {
@@ -63,7 +64,9 @@ std::vector<std::string> RoleCommand(const std::string& self_exe, const std::str
 }
 
 ProcessId LocalLauncher::Start(wire::Role role, int index, int restarts) {
-  return SpawnLogged(RoleCommand(self_exe_, config_path_, role, index, restarts), LogPath(role, index), {});
+  // Its identity, for the ZAP handlers of ipc:// servers (wire/auth.h).
+  return SpawnLogged(RoleCommand(self_exe_, config_path_, role, index, restarts), LogPath(role, index),
+                     {{wire::kIdentityEnv, wire::Identity(wire::RoleName(role), index)}});
 }
 
 void LocalLauncher::Terminate(ProcessId id) {

@@ -10,7 +10,10 @@
 #include <unistd.h>
 
 #include <caf/all.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -225,24 +228,51 @@ std::string SelfExePath() {
   return ec ? std::string("stampede") : p.string();
 }
 
-void ResolveRunConfig(config::Config* cfg, const RunOptions& opt) {
+void ResolveRunConfig(config::Config* cfg, const RunOptions& opt, std::string* socket_dir) {
   auto* cl = cfg->mutable_cluster();
-  const auto fresh = [&] { return FreeEndpoint(*cfg); };
-  if (cl->coordinator().empty()) cl->set_coordinator(fresh());
-  if (cl->control().empty()) cl->set_control(fresh());
-  if (cl->learner().empty()) cl->set_learner(cl->learners_size() > 0 ? cl->learners(0) : fresh());
+  socket_dir->clear();
+  // Unix-domain sockets for a run whose roles all start here: the same checks of who
+  // connects, without encrypting what never leaves the machine (wire/auth.h).
+  const bool loopback = cl->host() == "localhost" || cl->host().rfind("127.", 0) == 0;
+  const bool needs_fresh =
+      cl->coordinator().empty() || cl->control().empty() || cl->learner().empty() || cl->ps_size() == 0 ||
+      (cfg->actors().inference() == "central" && cl->inference_size() == 0) ||
+      (cfg->learner().update_mode() == "allreduce" && cl->allreduce_size() == 0);
+  if (cl->local_transport() == "ipc" && cl->launcher() == "local" && loopback && needs_fresh) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+    // Room for the longest socket name within the 107 bytes of a socket path.
+    if (base.size() > 60) base = "/tmp";
+    std::string pattern = base + "/stampede-XXXXXX";
+    if (::mkdtemp(pattern.data()) != nullptr) {  // mode 0700
+      *socket_dir = pattern;
+    } else {
+      std::fprintf(stderr, "stampede: WARNING: cannot make a private socket directory in %s (%s): the roles talk "
+                   "over loopback TCP instead (cluster.local_transport \"tcp\")\n", base.c_str(), std::strerror(errno));
+    }
+  }
+  const auto fresh = [&](const std::string& name) {
+    return socket_dir->empty() ? FreeEndpoint(*cfg) : "ipc://" + *socket_dir + "/" + name;
+  };
+  if (cl->coordinator().empty()) cl->set_coordinator(fresh("coordinator"));
+  if (cl->control().empty()) cl->set_control(fresh("control"));
+  // The learners' trajectory sockets stay on loopback TCP (with CURVE) either way: over
+  // ipc, libzmq 4.3 can drop the last messages a PUSH socket sent before it closed while
+  // the receiver's queue was full (zeromq/libzmq#4660), and an actor that `stampede scale`
+  // takes out, or that ends, sends its last unroll just before it closes.
+  if (cl->learner().empty()) cl->set_learner(cl->learners_size() > 0 ? cl->learners(0) : FreeEndpoint(*cfg));
   if (cfg->learner().num_learners() > 1 && cl->learners_size() == 0) {
     cl->add_learners(cl->learner());
-    for (int l = 1; l < cfg->learner().num_learners(); ++l) cl->add_learners(fresh());
+    for (int l = 1; l < cfg->learner().num_learners(); ++l) cl->add_learners(FreeEndpoint(*cfg));
   }
   if (cl->ps_size() == 0) {
-    for (int s = 0; s < cfg->ps().num_shards(); ++s) cl->add_ps(fresh());
+    for (int s = 0; s < cfg->ps().num_shards(); ++s) cl->add_ps(fresh("ps-" + std::to_string(s)));
   }
   if (cfg->actors().inference() == "central" && cl->inference_size() == 0) {
-    for (int l = 0; l < cfg->learner().num_learners(); ++l) cl->add_inference(fresh());
+    for (int l = 0; l < cfg->learner().num_learners(); ++l) cl->add_inference(fresh("inference-" + std::to_string(l)));
   }
   if (cfg->learner().update_mode() == "allreduce" && cl->allreduce_size() == 0) {
-    for (int l = 0; l < cfg->learner().num_learners(); ++l) cl->add_allreduce(fresh());
+    for (int l = 0; l < cfg->learner().num_learners(); ++l) cl->add_allreduce(fresh("allreduce-" + std::to_string(l)));
   }
   if (cfg->run_dir().empty()) {
     char stamp[32];
@@ -365,7 +395,16 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       return result;
     }
   }
-  ResolveRunConfig(&cfg, opt);
+  std::string socket_dir;
+  ResolveRunConfig(&cfg, opt, &socket_dir);
+  // The ipc sockets' directory goes with the run, however it ends.
+  struct RemoveDir {
+    const std::string& dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      if (!dir.empty()) fs::remove_all(dir, ec);
+    }
+  } remove_socket_dir{socket_dir};
   {
     // Before any process or socket starts: a missing plug-in, a bad kwarg or an
     // unsupported space stops the run here.

@@ -32,8 +32,11 @@ struct RunResult {
   int actor_restarts = 0;
 };
 
-// Fills free loopback endpoints for any cluster address left empty and the run dir.
-void ResolveRunConfig(config::Config* cfg, const RunOptions& opt);
+// Fills endpoints for any cluster address left empty (free loopback ports, or with
+// cluster.local_transport "ipc" on the local launcher sockets in a fresh private directory,
+// whose path goes to *socket_dir for the run to remove at its end; else it is made empty)
+// and the run dir.
+void ResolveRunConfig(config::Config* cfg, const RunOptions& opt, std::string* socket_dir);
 RunResult RunCoordinator(config::Config cfg, const RunOptions& opt);
 // `stampede checkpoints RUN_DIR`: prints the run's newest complete checkpoint; 0 if it is
 // also the newest one there is, 1 if none is complete or a newer one is not.

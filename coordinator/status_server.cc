@@ -27,12 +27,12 @@ void StatusServer(caf::blocking_actor* self, caf::actor supervisor, zmq::context
   using Clock = std::chrono::steady_clock;
   zmq::socket_t control(*ctx, zmq::socket_type::pub);
   wire::ConfigureSender(control, 1000, 0);
-  if (opt.curve != nullptr) opt.curve->MakeServer(control, wire::kDomainControl);
+  if (opt.curve != nullptr) opt.curve->MakeServer(control, wire::kDomainControl, opt.control_endpoint);
   zmq::socket_t pull(*ctx, zmq::socket_type::pull);
   // Statuses are small: a bounded size and queue keep a flood from growing memory.
   wire::ConfigureReceiver(pull, opt.max_status_bytes);
   pull.set(zmq::sockopt::rcvhwm, 256);
-  if (opt.curve != nullptr) opt.curve->MakeServer(pull, wire::kDomainStatus);
+  if (opt.curve != nullptr) opt.curve->MakeServer(pull, wire::kDomainStatus, opt.status_endpoint);
   const bool bound = Bind(control, opt.control_endpoint, "control socket", "cluster.control") &&
                      Bind(pull, opt.status_endpoint, "status socket", "cluster.coordinator");
   self->send(supervisor, ready_atom::value, bound);

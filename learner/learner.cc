@@ -132,7 +132,7 @@ bool Learner::Start(std::string* error) {
   if (m.curve) {
     // Trajectories from the run's actors only.
     m.zap = std::make_unique<wire::ZapHandler>(m.ctx, *m.curve, wire::RunAllowList(), "learner");
-    m.curve->MakeServer(*m.socket, wire::kDomainTrajectories);
+    m.curve->MakeServer(*m.socket, wire::kDomainTrajectories, m.bind_endpoint);
   }
   m.socket->set(zmq::sockopt::rcvhwm, 2);
   wire::LimitKernelBuffers(*m.socket, wire::TrajectoryBytes(m.cfg.actors().unroll_length(),

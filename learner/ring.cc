@@ -333,7 +333,7 @@ base::Status Ring::Start() {
   }
   m.in = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(*m.in, m.opt.max_message_bytes);
-  if (m.opt.curve) m.opt.curve->MakeServer(*m.in, wire::kDomainAllreduce);
+  if (m.opt.curve) m.opt.curve->MakeServer(*m.in, wire::kDomainAllreduce, m.opt.endpoints[size_t(m.opt.rank)]);
   try {
     m.in->bind(m.opt.bind.empty() ? m.opt.endpoints[size_t(m.opt.rank)] : m.opt.bind);
   } catch (const zmq::error_t& e) {
@@ -344,7 +344,7 @@ base::Status Ring::Start() {
     if (l == m.opt.rank) continue;
     auto s = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::push);
     wire::ConfigureSender(*s, 64, int(kSendRetry.count()));
-    if (m.opt.curve) m.opt.curve->MakeClient(*s, wire::Identity("learner", l));
+    if (m.opt.curve) m.opt.curve->MakeClient(*s, wire::Identity("learner", l), m.opt.endpoints[size_t(l)]);
     s->connect(m.opt.endpoints[size_t(l)]);
     m.out[l] = std::move(s);
   }

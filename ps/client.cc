@@ -58,7 +58,7 @@ ParamsFetcher::ParamsFetcher(zmq::context_t& ctx, ClientOptions opt)
   for (const auto& ep : opt_.endpoints) {
     auto s = std::make_unique<ShardState>(ctx);
     wire::ConfigureReceiver(s->socket, opt_.max_message_bytes);
-    if (opt_.curve) opt_.curve->MakeClient(s->socket, wire::Identity("ps", int(shards_.size())));
+    if (opt_.curve) opt_.curve->MakeClient(s->socket, wire::Identity("ps", int(shards_.size())), ep);
     s->socket.connect(ep);
     shards_.push_back(std::move(s));
   }
@@ -226,7 +226,7 @@ ParamsPublisher::ParamsPublisher(zmq::context_t& ctx, ClientOptions opt) : opt_(
     zmq::socket_t s(ctx, zmq::socket_type::dealer);
     wire::ConfigureSender(s, 4, 0);
     wire::ConfigureReceiver(s, 1 << 16);  // shards answer only checkpoint requests
-    if (opt_.curve) opt_.curve->MakeClient(s, wire::Identity("ps", int(sockets_.size())));
+    if (opt_.curve) opt_.curve->MakeClient(s, wire::Identity("ps", int(sockets_.size())), ep);
     s.connect(ep);
     sockets_.push_back(std::move(s));
   }

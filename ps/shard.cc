@@ -60,7 +60,6 @@ Shard::Shard(zmq::context_t& ctx, ShardOptions opt)
   wire::ConfigureReceiver(socket_, opt_.max_message_bytes);
   socket_.set(zmq::sockopt::router_mandatory, 0);
   socket_.set(zmq::sockopt::sndhwm, 1000);
-  if (opt_.curve != nullptr) opt_.curve->MakeServer(socket_, wire::kDomainParams);
   learner_frames_.assign(size_t(std::max(1, opt_.num_learners)), 0);
   if (!opt_.version_mark_path.empty()) version_mark_ = ReadVersionMark(opt_.version_mark_path);
   if (const auto& r = opt_.restore) {
@@ -84,6 +83,7 @@ Shard::~Shard() = default;
 
 bool Shard::Bind(const std::string& endpoint, std::string* error) {
   try {
+    if (opt_.curve != nullptr) opt_.curve->MakeServer(socket_, wire::kDomainParams, endpoint);
     socket_.bind(endpoint);
   } catch (const zmq::error_t& e) {
     *error = "ps shard " + std::to_string(opt_.shard) + ": cannot bind " + endpoint + ": " + e.what();

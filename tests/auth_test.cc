@@ -2,9 +2,12 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -130,7 +133,7 @@ TEST_CASE("auth: the trajectory socket accepts actors only and names each messag
   wire::ZapHandler zap(server_ctx, *learner_curve, wire::RunAllowList(), "learner");
   zmq::socket_t pull(server_ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(pull, 1 << 20);
-  learner_curve->MakeServer(pull, wire::kDomainTrajectories);
+  learner_curve->MakeServer(pull, wire::kDomainTrajectories, "tcp://127.0.0.1:*");
   pull.bind("tcp://127.0.0.1:*");
   const std::string endpoint = pull.get(zmq::sockopt::last_endpoint);
 
@@ -138,7 +141,7 @@ TEST_CASE("auth: the trajectory socket accepts actors only and names each messag
     zmq::socket_t push(client_ctx, zmq::socket_type::push);
     wire::ConfigureSender(push, 10, 0);
     push.set(zmq::sockopt::linger, 500);
-    Load(dir, identity)->MakeClient(push, "learner-0");
+    Load(dir, identity)->MakeClient(push, "learner-0", endpoint);
     push.connect(endpoint);
     const int64_t rejected_before = zap.rejected();
     zmq::message_t m(text.data(), text.size());
@@ -172,7 +175,7 @@ TEST_CASE("auth: a running server takes an actor whose keys were added to the ru
   wire::ZapHandler zap(server_ctx, *learner_curve, wire::RunAllowList(), "learner");
   zmq::socket_t pull(server_ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(pull, 1 << 20);
-  learner_curve->MakeServer(pull, wire::kDomainTrajectories);
+  learner_curve->MakeServer(pull, wire::kDomainTrajectories, "tcp://127.0.0.1:*");
   pull.bind("tcp://127.0.0.1:*");
   const std::string endpoint = pull.get(zmq::sockopt::last_endpoint);
   pull.set(zmq::sockopt::rcvtimeo, 5000);
@@ -183,7 +186,7 @@ TEST_CASE("auth: a running server takes an actor whose keys were added to the ru
   {
     zmq::socket_t push(client_ctx, zmq::socket_type::push);
     wire::ConfigureSender(push, 10, 0);
-    Load(outside, "actor-6")->MakeClient(push, "learner-0");
+    Load(outside, "actor-6")->MakeClient(push, "learner-0", endpoint);
     push.connect(endpoint);
     zmq::message_t m(std::string("from outside"));
     (void)push.send(m, zmq::send_flags::dontwait);
@@ -194,7 +197,7 @@ TEST_CASE("auth: a running server takes an actor whose keys were added to the ru
   zmq::socket_t push(client_ctx, zmq::socket_type::push);
   wire::ConfigureSender(push, 10, 0);
   push.set(zmq::sockopt::linger, 500);
-  Load(dir, "actor-5")->MakeClient(push, "learner-0");
+  Load(dir, "actor-5")->MakeClient(push, "learner-0", endpoint);
   push.connect(endpoint);
   zmq::message_t m(std::string("from actor 5"));
   (void)push.send(m, zmq::send_flags::dontwait);
@@ -204,4 +207,108 @@ TEST_CASE("auth: a running server takes an actor whose keys were added to the ru
   CHECK(wire::PeerIdentity(got) == "actor-5");
   fs::remove_all(dir);
   fs::remove_all(outside);
+}
+
+// ------------------------------------------------------------------ ipc:// (one machine)
+
+TEST_CASE("auth: a local peer's identity comes from its credentials and the environment it started with", "[auth]") {
+  const auto environ_of = [](int64_t pid) -> std::string {
+    if (pid == 4242) return std::string("PATH=/bin\0STAMPEDE_IDENTITY=actor-3\0HOME=/root\0", 47);
+    if (pid == 4343) return std::string("XSTAMPEDE_IDENTITY=learner-0\0STAMPEDE_IDENTITYX=ps-0\0", 53);
+    return {};
+  };
+  std::string why;
+  CHECK(wire::LocalPeerIdentity("localhost:1000:100:4242", 1000, environ_of, &why) == "actor-3");
+  // Another user's process, even naming an identity.
+  CHECK(wire::LocalPeerIdentity("localhost:1001:100:4242", 1000, environ_of, &why).empty());
+  CHECK_THAT(why, Catch::Contains("user 1001") && Catch::Contains("1000"));
+  // Names that only contain the variable's name are not it.
+  CHECK(wire::LocalPeerIdentity("localhost:1000:100:4343", 1000, environ_of, &why).empty());
+  CHECK_THAT(why, Catch::Contains("STAMPEDE_IDENTITY is not in its environment"));
+  CHECK(wire::LocalPeerIdentity("localhost:1000:100:7", 1000, environ_of, &why).empty());
+  CHECK_THAT(why, Catch::Contains("process 7"));
+  // No credentials (a TCP peer's address) or a malformed tail.
+  for (const char* address : {"127.0.0.1", "", "localhost:1000:100:", "localhost:x:100:4242", ":1000:4242"}) {
+    INFO(address);
+    CHECK(wire::LocalPeerIdentity(address, 1000, environ_of, &why).empty());
+    CHECK_THAT(why, Catch::Contains("no peer credentials"));
+  }
+  CHECK(wire::LocalPeerIdentity("localhost:1000:100:0", 1000, environ_of, &why).empty());
+}
+
+namespace {
+// Runs this test binary's hidden helper below in a child process with STAMPEDE_IDENTITY
+// `identity` (empty: unset): it connects a PUSH socket to `endpoint` and sends `text`.
+int RunIpcClient(const std::string& identity, const std::string& endpoint, const std::string& text) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::unsetenv(wire::kIdentityEnv);
+    if (!identity.empty()) ::setenv(wire::kIdentityEnv, identity.c_str(), 1);
+    ::setenv("STAMPEDE_TEST_IPC_ENDPOINT", endpoint.c_str(), 1);
+    ::setenv("STAMPEDE_TEST_IPC_TEXT", text.c_str(), 1);
+    ::execl("/proc/self/exe", "auth-ipc-client", "auth helper: an ipc client sends one message", "--out", "/dev/null",
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+TEST_CASE("auth helper: an ipc client sends one message", "[.auth-helper]") {
+  const char* endpoint = std::getenv("STAMPEDE_TEST_IPC_ENDPOINT");
+  const char* text = std::getenv("STAMPEDE_TEST_IPC_TEXT");
+  REQUIRE(endpoint != nullptr);
+  REQUIRE(text != nullptr);
+  zmq::context_t ctx(1);
+  zmq::socket_t push(ctx, zmq::socket_type::push);
+  wire::ConfigureSender(push, 10, 0);
+  push.set(zmq::sockopt::linger, 1000);
+  push.connect(endpoint);
+  zmq::message_t m(std::string{text});
+  (void)push.send(m, zmq::send_flags::dontwait);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the handshake and ZAP's answer
+}
+
+TEST_CASE("auth: an ipc:// socket takes the run's actors by their credentials and refuses other processes", "[auth]") {
+  const std::string dir = TempDir("ipc");
+  std::string error;
+  REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}, &error));
+  zmq::context_t server_ctx(1), client_ctx(1);
+  auto learner_curve = Load(dir, "learner-0");
+  wire::ZapHandler zap(server_ctx, *learner_curve, wire::RunAllowList(), "learner");
+  zmq::socket_t pull(server_ctx, zmq::socket_type::pull);
+  wire::ConfigureReceiver(pull, 1 << 20);
+  const std::string endpoint = "ipc://" + dir + "/trajectories";
+  learner_curve->MakeServer(pull, wire::kDomainTrajectories, endpoint);
+  pull.bind(endpoint);
+  pull.set(zmq::sockopt::rcvtimeo, 5000);
+
+  // This test process names no identity: refused at the handshake.
+  REQUIRE(std::getenv(wire::kIdentityEnv) == nullptr);
+  {
+    zmq::socket_t push(client_ctx, zmq::socket_type::push);
+    wire::ConfigureSender(push, 10, 0);
+    learner_curve->MakeClient(push, "learner-0", endpoint);  // nothing to do over ipc
+    push.connect(endpoint);
+    zmq::message_t m(std::string("from a process with no identity"));
+    (void)push.send(m, zmq::send_flags::dontwait);
+    REQUIRE(testing::WaitUntil([&] { return zap.rejected() >= 1; }));
+  }
+  // A PS shard may not send trajectories; an identity with no key in the run's directory is
+  // no process of the run.
+  CHECK(RunIpcClient("ps-0", endpoint, "from ps 0") == 0);
+  CHECK(RunIpcClient("actor-9", endpoint, "from actor 9") == 0);
+  CHECK(zap.rejected() >= 3);
+  // Actor 0 gets in, as itself.
+  CHECK(RunIpcClient("actor-0", endpoint, "from actor 0") == 0);
+  zmq::message_t msg;
+  REQUIRE(pull.recv(msg));
+  CHECK(msg.to_string() == "from actor 0");
+  CHECK(wire::PeerIdentity(msg) == "actor-0");
+  pull.set(zmq::sockopt::rcvtimeo, 200);
+  CHECK_FALSE(pull.recv(msg));  // nothing else got through
+  CHECK(zap.accepted() == 1);
+  fs::remove_all(dir);
 }

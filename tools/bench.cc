@@ -386,7 +386,9 @@ int RunBench(const BenchOptions& opt) {
   }
 
   // 4. The whole fleet, learning, on this machine: with CURVE (the default) and without,
-  // in the same invocation, so the cost of authenticated, encrypted sockets is one ratio.
+  // in the same invocation, so the cost of authenticated sockets is one ratio. With
+  // cluster.local_transport "ipc" (the default) only the trajectories are encrypted; the
+  // other sockets are checked by the peers' credentials either way.
   if (opt.fleet_frames > 0) {
     double fps_by_curve[2] = {0, 0};
     for (const bool curve : {true, false}) {
@@ -402,9 +404,11 @@ int RunBench(const BenchOptions& opt) {
         return r.exit_code;
       }
       fps_by_curve[curve ? 0 : 1] = r.env_frames / r.wall_seconds;
-      std::printf("  fleet frames/s, CURVE %-3s (%d actors x %d envs, %d PS shards, 1 learner, learning): %10.0f  "
-                  "(%lld frames in %.1f s, %lld learner steps = %.0f steps/s; compute bound ~2-3M frames/s)\n",
-                  curve ? "on" : "off", fleet.actors().num_actors(), fleet.actors().envs_per_actor(),
+      std::printf("  fleet frames/s, CURVE %-3s, local transport %s (%d actors x %d envs, %d PS shards, 1 learner, "
+                  "learning): %10.0f  (%lld frames in %.1f s, %lld learner steps = %.0f steps/s; compute bound ~2-3M "
+                  "frames/s)\n",
+                  curve ? "on" : "off", fleet.cluster().local_transport().c_str(), fleet.actors().num_actors(),
+                  fleet.actors().envs_per_actor(),
                   fleet.ps().num_shards(), r.env_frames / r.wall_seconds, r.env_frames, r.wall_seconds,
                   r.learner_steps, r.learner_steps / r.wall_seconds);
       std::printf("  fleet run directory: %s\n", r.run_dir.c_str());

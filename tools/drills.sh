@@ -105,16 +105,20 @@ RUN_PID=$!
 for _ in $(seq 100); do [[ -s "$R/metrics.jsonl" ]] && break; sleep 0.1; done
 sleep 1
 COORD_PID=$RUN_PID
-"$FORGE" "$R" status-budget --key learner-0 --count 3 >/dev/null     # the learner's own key, stolen
-"$FORGE" "$R" status-flood --key actor-0 --count 10 --flood-mb 60 >/dev/null
+# The PS shards and the coordinator listen on ipc:// here (cluster.local_transport), the
+# learner on TCP with CURVE. Over ipc a process is who its STAMPEDE_IDENTITY says (its
+# launcher's word, checked against its user): a forger "with a run key" is started with the
+# identity too, as the launcher would start a confused or compromised role.
+STAMPEDE_IDENTITY=learner-0 "$FORGE" "$R" status-budget --key learner-0 --count 3 >/dev/null     # the learner's own key, stolen
+STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" status-flood --key actor-0 --count 10 --flood-mb 60 >/dev/null
 flood_rss=$(rss_kb $COORD_PID)                                        # the run is still going here
 "$FORGE" "$R" put-nan --count 5 >/dev/null                          # an outsider's key
-"$FORGE" "$R" put-finite --key actor-0 --count 5 >/dev/null          # a run key, not a learner's
+STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" put-finite --key actor-0 --count 5 >/dev/null          # a run key, not a learner's
 "$FORGE" "$R" trajectory-reward --count 3 >/dev/null                 # outsider
 "$FORGE" "$R" status-budget --count 5 >/dev/null                     # outsider
-"$FORGE" "$R" status-budget --key actor-0 --count 5 >/dev/null       # an actor claiming to be the learner
-"$FORGE" "$R" trajectory-episodes --key actor-0 --count 3 >/dev/null # 100 episodes of return 1e30 each
-"$FORGE" "$R" trajectory-unrolls --key actor-0 --count 3 >/dev/null  # 20x the configured unrolls
+STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" status-budget --key actor-0 --count 5 >/dev/null       # an actor claiming to be the learner
+STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" trajectory-episodes --key actor-0 --count 3 >/dev/null # 100 episodes of return 1e30 each
+STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" trajectory-unrolls --key actor-0 --count 3 >/dev/null  # 20x the configured unrolls
 "$FORGE" "$R" put-nan --plain --count 3 >/dev/null                   # no CURVE at all
 wait $RUN_PID; rc=$?
 S="$R/summary.json"

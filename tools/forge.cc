@@ -31,8 +31,10 @@ struct Attacker {
   std::shared_ptr<const wire::Curve> curve;  // null: --plain
   zmq::context_t ctx{1};
 
-  void Secure(zmq::socket_t& s, const std::string& server) {
-    if (curve) curve->MakeClient(s, server);
+  // CURVE toward `server` at `endpoint` (over ipc:// the server checks the process's
+  // credentials and its STAMPEDE_IDENTITY instead).
+  void Secure(zmq::socket_t& s, const std::string& server, const std::string& endpoint) {
+    if (curve) curve->MakeClient(s, server, endpoint);
   }
 };
 
@@ -52,7 +54,7 @@ int ForgePuts(Attacker& a, bool nan, int count) {
   for (int s = 0; s < S; ++s) {
     zmq::socket_t sock(a.ctx, zmq::socket_type::dealer);
     wire::ConfigureSender(sock, 100, 0);
-    a.Secure(sock, wire::Identity("ps", s));
+    a.Secure(sock, wire::Identity("ps", s), a.cfg.cluster().ps(s));
     sock.connect(a.cfg.cluster().ps(s));
     sockets.push_back(std::move(sock));
   }
@@ -97,7 +99,7 @@ int ForgeTrajectories(Attacker& a, const std::string& kind, int count) {
   net::InitParams(core->net_spec(), 1, params);
   zmq::socket_t push(a.ctx, zmq::socket_type::push);
   wire::ConfigureSender(push, 10, 1000);
-  a.Secure(push, "learner-0");
+  a.Secure(push, "learner-0", a.cfg.cluster().learner());
   push.connect(a.cfg.cluster().learner());
   wire::TrajectoryBatch b;
   *b.meta.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 0, 99);
@@ -136,7 +138,7 @@ int ForgeTrajectories(Attacker& a, const std::string& kind, int count) {
 int ForgeStatuses(Attacker& a, bool flood, int count, int flood_mb) {
   zmq::socket_t push(a.ctx, zmq::socket_type::push);
   wire::ConfigureSender(push, 10, 200);
-  a.Secure(push, "coordinator");
+  a.Secure(push, "coordinator", a.cfg.cluster().coordinator());
   push.connect(a.cfg.cluster().coordinator());
   wire::Status s;
   *s.mutable_sender() = wire::MakeSender(wire::ROLE_LEARNER, 0, 1);

@@ -79,6 +79,16 @@ std::string Trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
 }
 
+// The environment a process started with (NUL-separated), or empty if it cannot be read.
+std::string ReadEnviron(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (s.size() > (1u << 20)) s.resize(1u << 20);
+  return s;
+}
+
 }  // namespace
 
 bool GenerateKeys(const std::string& dir, const std::vector<std::string>& identities, std::string* error) {
@@ -151,13 +161,21 @@ bool ReadPublicKeys(const std::string& dir, std::map<std::string, std::string>* 
   return true;
 }
 
-void Curve::MakeServer(zmq::socket_t& socket, const char* domain) const {
+bool IsIpcEndpoint(const std::string& endpoint) { return endpoint.rfind("ipc://", 0) == 0; }
+
+void Curve::MakeServer(zmq::socket_t& socket, const char* domain, const std::string& endpoint) const {
+  if (IsIpcEndpoint(endpoint)) {
+    // NULL mechanism: ZAP still sees every connection, with the peer's credentials.
+    socket.set(zmq::sockopt::zap_domain, domain);
+    return;
+  }
   socket.set(zmq::sockopt::curve_server, 1);
   socket.set(zmq::sockopt::curve_secretkey, secret_key_);
   socket.set(zmq::sockopt::zap_domain, domain);
 }
 
-void Curve::MakeClient(zmq::socket_t& socket, const std::string& server_identity) const {
+void Curve::MakeClient(zmq::socket_t& socket, const std::string& server_identity, const std::string& endpoint) const {
+  if (IsIpcEndpoint(endpoint)) return;
   auto it = peers_.find(server_identity);
   if (it == peers_.end()) {
     throw std::invalid_argument("no public key for " + server_identity + " in the keys directory");
@@ -165,6 +183,46 @@ void Curve::MakeClient(zmq::socket_t& socket, const std::string& server_identity
   socket.set(zmq::sockopt::curve_serverkey, it->second);
   socket.set(zmq::sockopt::curve_publickey, public_key_);
   socket.set(zmq::sockopt::curve_secretkey, secret_key_);
+}
+
+std::string LocalPeerIdentity(const std::string& address, uint32_t uid,
+                              const std::function<std::string(int64_t pid)>& environ_of, std::string* why) {
+  // "...:UID:GID:PID": the last three fields.
+  int64_t fields[3] = {-1, -1, -1};
+  size_t end = address.size();
+  for (int f = 2; f >= 0; --f) {
+    const size_t colon = address.rfind(':', end == 0 ? 0 : end - 1);
+    if (colon == std::string::npos || colon + 1 >= end) {
+      *why = "no peer credentials in the connection's address '" + address + "'";
+      return {};
+    }
+    const std::string digits = address.substr(colon + 1, end - colon - 1);
+    if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos) {
+      *why = "no peer credentials in the connection's address '" + address + "'";
+      return {};
+    }
+    fields[f] = std::stoll(digits);
+    end = colon;
+  }
+  const int64_t peer_uid = fields[0], pid = fields[2];
+  if (peer_uid != int64_t(uid)) {
+    *why = "a process of user " + std::to_string(peer_uid) + " (the run's user is " + std::to_string(uid) + ")";
+    return {};
+  }
+  if (pid <= 0) {
+    *why = "a process whose id the kernel did not give";
+    return {};
+  }
+  const std::string env = environ_of(pid);
+  const std::string key = std::string(kIdentityEnv) + "=";
+  for (size_t at = 0; at < env.size();) {
+    size_t nul = env.find('\0', at);
+    if (nul == std::string::npos) nul = env.size();
+    if (env.compare(at, key.size(), key) == 0 && nul > at + key.size()) return env.substr(at + key.size(), nul - at - key.size());
+    at = nul + 1;
+  }
+  *why = "process " + std::to_string(pid) + ", which names no identity (" + kIdentityEnv + " is not in its environment)";
+  return {};
 }
 
 std::string PeerIdentity(const zmq::message_t& msg) {
@@ -296,7 +354,26 @@ void ZapHandler::Serve() {
     const std::string domain = req[2].to_string(), address = req[3].to_string();
     const std::string mechanism = req[5].to_string();
     std::string identity, why;
-    if (mechanism != "CURVE" || req.size() < 7 || req[6].size() != 32) {
+    if (mechanism == "NULL") {
+      // An ipc:// server (MakeServer): the peer's identity from its credentials; it must
+      // be one of the run's (its key is in the keys directory, as for CURVE).
+      const std::string claimed = LocalPeerIdentity(address, uint32_t(::geteuid()), ReadEnviron, &why);
+      bool known = false;
+      for (int pass = 0; pass < 2 && !claimed.empty() && !known; ++pass) {
+        for (const auto& [key, id] : role_of_key_) known = known || id == claimed;
+        if (!known && (pass == 1 || !Rescan())) break;
+      }
+      auto allowed = allowed_.find(domain);
+      if (claimed.empty()) {
+        // why says it
+      } else if (!known) {
+        why = "process claiming '" + claimed + "', which is no process of this run";
+      } else if (allowed == allowed_.end() || !allowed->second.count(IdentityRole(claimed))) {
+        why = claimed + ", which may not use the '" + domain + "' socket";
+      } else {
+        identity = claimed;
+      }
+    } else if (mechanism != "CURVE" || req.size() < 7 || req[6].size() != 32) {
       why = "mechanism " + mechanism + " without a CURVE key";
     } else {
       auto it = role_of_key_.find(req[6].to_string());

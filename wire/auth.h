@@ -2,6 +2,15 @@
 // that lets each server socket accept only the roles that may use it.
 //
 // Identities are "<role>-<index>" ("actor-3", "learner-0", "ps-1") and "coordinator".
+//
+// Roles that `stampede run` starts on this machine talk over Unix-domain sockets (ipc://
+// endpoints, cluster.local_transport "ipc") in a directory only the run's user can open.
+// Those connections are not encrypted (their bytes never leave the machine) but are still
+// authenticated, per role: the ZAP handler takes the peer's user and process ids from the
+// kernel (SO_PEERCRED), accepts only processes of this user, and reads the peer's identity
+// from the environment its launcher gave it (STAMPEDE_IDENTITY, kIdentityEnv). The trust
+// boundary is the one the key files already draw: a process of the run's user can read
+// them, and no other can reach the sockets. Between machines (tcp://) CURVE works as above.
 // A keys directory (mode 0700) holds, per identity, "<identity>.key" (public and
 // secret key, Z85) and "<identity>.pub" (the public key), both mode 0600. Servers learn
 // who may connect from the .pub files; ZAP gives each accepted connection the peer's
@@ -11,6 +20,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -35,6 +45,10 @@ inline constexpr const char* kDomainControl = "control";            // coordinat
 inline constexpr const char* kDomainInference = "inference";        // learner's inference ROUTER: actors
 inline constexpr const char* kDomainAllreduce = "allreduce";        // learner's ring PULL: learners
 
+// The environment variable that names a local process's identity ("actor-3"): set by the
+// local launcher, read by the ZAP handler of an ipc:// server from /proc/PID/environ.
+inline constexpr const char* kIdentityEnv = "STAMPEDE_IDENTITY";
+
 std::string Identity(const char* role, int index);
 // The role part of an identity ("actor-3" -> "actor"); empty if malformed.
 std::string IdentityRole(const std::string& identity);
@@ -54,12 +68,14 @@ class Curve {
   const std::string& dir() const { return dir_; }  // the keys directory it was read from
   // Public keys (Z85) by identity.
   const std::map<std::string, std::string>& peers() const { return peers_; }
-  // A server socket in `domain` (call before bind).
-  void MakeServer(zmq::socket_t& socket, const char* domain) const;
-  // A client of the server `server_identity` (call before connect). Throws
-  // std::invalid_argument if that identity has no public key (RunCurve checks that
-  // every identity of the run has one, so a run never gets here without them).
-  void MakeClient(zmq::socket_t& socket, const std::string& server_identity) const;
+  // A server socket in `domain` that will bind `endpoint` (call before bind): CURVE, or
+  // for an ipc:// endpoint only the ZAP domain (the peer is checked by its credentials).
+  void MakeServer(zmq::socket_t& socket, const char* domain, const std::string& endpoint) const;
+  // A client of the server `server_identity` at `endpoint` (call before connect); nothing
+  // to do for an ipc:// endpoint. Throws std::invalid_argument if that identity has no
+  // public key (RunCurve checks that every identity of the run has one, so a run never
+  // gets here without them).
+  void MakeClient(zmq::socket_t& socket, const std::string& server_identity, const std::string& endpoint) const;
 
  private:
   std::string dir_, identity_, public_key_, secret_key_;
@@ -69,6 +85,17 @@ class Curve {
 // Every public key in `dir` by identity ("actor-3" -> Z85); false with `error` if the
 // directory cannot be listed or a .pub file is not a key.
 [[nodiscard]] bool ReadPublicKeys(const std::string& dir, std::map<std::string, std::string>* keys, std::string* error);
+
+// True for a Unix-domain endpoint ("ipc://PATH").
+bool IsIpcEndpoint(const std::string& endpoint);
+
+// A local peer's identity from a ZAP request's address for an ipc:// connection (libzmq
+// appends the kernel's ":UID:GID:PID"): the peer must run as `uid`, and its identity is
+// kIdentityEnv in the environment it started with (`environ_of(pid)`: /proc/PID/environ,
+// NUL-separated). Empty with `why` when the address has no credentials, the user differs
+// or the process names no identity.
+std::string LocalPeerIdentity(const std::string& address, uint32_t uid,
+                              const std::function<std::string(int64_t pid)>& environ_of, std::string* why);
 
 // The peer identity ZAP gave the connection `msg` came on; empty without CURVE.
 std::string PeerIdentity(const zmq::message_t& msg);

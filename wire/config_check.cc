@@ -356,6 +356,11 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
              "\" is not known, expected \"local\" or \"slurm\"";
     return false;
   }
+  if (const std::string t = c.cluster().local_transport(); t != "ipc" && t != "tcp") {
+    *error = loaded.Where("cluster.local_transport") + ": cluster.local_transport: \"" + t +
+             "\" is not known, expected \"ipc\" or \"tcp\"";
+    return false;
+  }
   if (c.cluster().actors_per_node() < 1) {
     *error = loaded.Where("cluster.actors_per_node") + ": cluster.actors_per_node: " +
              std::to_string(c.cluster().actors_per_node()) + " is not at least 1";

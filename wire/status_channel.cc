@@ -26,12 +26,12 @@ StatusChannel::StatusChannel(zmq::context_t& ctx, const std::string& coordinator
   if (coordinator_endpoint.empty()) return;
   socket_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::push);
   ConfigureSender(*socket_, 100, 0);
-  if (curve != nullptr) curve->MakeClient(*socket_, "coordinator");
+  if (curve != nullptr) curve->MakeClient(*socket_, "coordinator", coordinator_endpoint);
   socket_->connect(coordinator_endpoint);
   if (control_endpoint.empty()) return;
   control_ = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::sub);
   ConfigureReceiver(*control_, 1 << 16);
-  if (curve != nullptr) curve->MakeClient(*control_, "coordinator");
+  if (curve != nullptr) curve->MakeClient(*control_, "coordinator", control_endpoint);
   control_->set(zmq::sockopt::subscribe, "");
   control_->connect(control_endpoint);
 }

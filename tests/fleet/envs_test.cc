@@ -84,7 +84,7 @@ TEST_CASE("fleet: pixel Catch with an LSTM learns through central inference (CUR
   const std::string run_dir = FreshRunDir("catch_central");
   Proc p = Start({"run", "configs/catch_pixels.textproto", "--run-dir", run_dir, "--set", "stop.stop_at_target=true",
                   "--set", "stop.total_env_frames=600000", "--set", "net.lstm_size=64", "--set",
-                  "actors.inference=central"},
+                  "actors.inference=central", "--set", "cluster.local_transport=tcp"},
                  run_dir + ".out");
   const int code = Wait(p, std::chrono::seconds(110));
   INFO(Slurp(p.output_path));
