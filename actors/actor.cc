@@ -410,8 +410,13 @@ base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<boo
     }
   }
   // What the socket still holds (the last unroll or two: its queue is short) leaves before
-  // it closes, within 2 s.
+  // it closes, within 2 s. Over ipc:// libzmq may cut off what it has not yet written when
+  // the socket closes (zeromq/libzmq#4660), so the actor first waits, up to 3 s, until the
+  // learner has read every byte it sent.
   out.set(zmq::sockopt::linger, 2000);
+  if (wire::IsIpcEndpoint(learner_endpoint)) {
+    (void)wire::WaitUnixPeerRead(learner_endpoint.substr(6), std::chrono::seconds(3));
+  }
   report("stopped");
   return base::OkStatus();
 }

@@ -256,14 +256,11 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt, std::string* s
   };
   if (cl->coordinator().empty()) cl->set_coordinator(fresh("coordinator"));
   if (cl->control().empty()) cl->set_control(fresh("control"));
-  // The learners' trajectory sockets stay on loopback TCP (with CURVE) either way: over
-  // ipc, libzmq 4.3 can drop the last messages a PUSH socket sent before it closed while
-  // the receiver's queue was full (zeromq/libzmq#4660), and an actor that `stampede scale`
-  // takes out, or that ends, sends its last unroll just before it closes.
-  if (cl->learner().empty()) cl->set_learner(cl->learners_size() > 0 ? cl->learners(0) : FreeEndpoint(*cfg));
+  // (The actors' trajectory sockets over ipc: see RunActor's end and the learner's linger.)
+  if (cl->learner().empty()) cl->set_learner(cl->learners_size() > 0 ? cl->learners(0) : fresh("learner-0"));
   if (cfg->learner().num_learners() > 1 && cl->learners_size() == 0) {
     cl->add_learners(cl->learner());
-    for (int l = 1; l < cfg->learner().num_learners(); ++l) cl->add_learners(FreeEndpoint(*cfg));
+    for (int l = 1; l < cfg->learner().num_learners(); ++l) cl->add_learners(fresh("learner-" + std::to_string(l)));
   }
   if (cl->ps_size() == 0) {
     for (int s = 0; s < cfg->ps().num_shards(); ++s) cl->add_ps(fresh("ps-" + std::to_string(s)));

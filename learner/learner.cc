@@ -129,6 +129,10 @@ bool Learner::Start(std::string* error) {
   if (m.fused) m.backend->SetState(m.params, m.rms->mean_square(), m.rms->momentum());
   m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::pull);
   wire::ConfigureReceiver(*m.socket, m.cfg.cluster().max_message_bytes());
+  // What an actor's connection has delivered stays to be read when that actor leaves
+  // (`stampede scale` taking it out, a crash): with a linger of 0 libzmq drops the messages
+  // still queued from a peer that disconnects. The receiver sets 0 again when it ends.
+  m.socket->set(zmq::sockopt::linger, 2000);
   if (m.curve) {
     // Trajectories from the run's actors only.
     m.zap = std::make_unique<wire::ZapHandler>(m.ctx, *m.curve, wire::RunAllowList(), "learner");

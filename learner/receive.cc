@@ -47,6 +47,8 @@ void Learner::Impl::ReceiveLoop() {
       Accept(std::move(b));
     }
   }
+  // Stopping: the socket closes without waiting for what is still queued (Start's linger).
+  socket->set(zmq::sockopt::linger, 0);
 }
 
 wire::DropReason Learner::Impl::CheckLag(const wire::TrajectoryBatch& b, std::string* detail) {

@@ -22,6 +22,7 @@
 #include "envs/python_env.h"
 #include "envs/vector_env.h"
 #include "envs/rng.h"
+#include "learner/backend.h"
 #include "learner/batch.h"
 #include "learner/loss.h"
 #include "learner/optimizer.h"
@@ -316,8 +317,8 @@ int RunBench(const BenchOptions& opt) {
     }
   }
 
-  // 3. Learner steps/s: V-trace, loss, gradient, clipping and RMSProp on one batch of
-  // B unrolls of T steps, one core, no sockets.
+  // 3. Learner steps/s: V-trace, loss, gradient, clipping and the optimizer step on one
+  // batch of B unrolls of T steps, one core, no sockets.
   {
     auto core = actors::ActorCore::Create(cfg, 0, &error);
     if (!core) {
@@ -336,8 +337,9 @@ int RunBench(const BenchOptions& opt) {
       if (b % cfg.actors().envs_per_actor() == 0) core->CollectUnroll(params, 0, &unrolls);
       learner::CopyUnroll(unrolls, b % unrolls.n(), b, &batch);
     }
-    learner::LossOptions lo;
-    learner::Optimizer rms(int64_t(params.size()), {});
+    // The loss, clipping and optimizer the config's learner runs (Pong: Adam).
+    const learner::LossOptions lo = learner::LossOptionsFrom(cfg);
+    learner::Optimizer optimizer(int64_t(params.size()), net::OptimizerHyperFromConfig(cfg.learner().optimizer()));
     // One untimed step first: oneDNN builds its primitives and net.gemm_backend "auto"
     // times its candidates on each product's first use (a steady learner has done both).
     std::fill(grad.begin(), grad.end(), 0.f);
@@ -349,8 +351,8 @@ int RunBench(const BenchOptions& opt) {
     while ((elapsed = Since(start)) < opt.seconds) {
       std::fill(grad.begin(), grad.end(), 0.f);
       learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
-      learner::ClipGlobalNorm(grad, 40.0);
-      rms.Step(params, grad, 1e-4, steps + 1);
+      learner::ClipGlobalNorm(grad, cfg.learner().max_grad_norm());
+      optimizer.Step(params, grad, cfg.learner().optimizer().learning_rate(), steps + 1);
       ++steps;
     }
     const double sps = copies.Mean(steps / elapsed);
@@ -387,8 +389,8 @@ int RunBench(const BenchOptions& opt) {
 
   // 4. The whole fleet, learning, on this machine: with CURVE (the default) and without,
   // in the same invocation, so the cost of authenticated sockets is one ratio. With
-  // cluster.local_transport "ipc" (the default) only the trajectories are encrypted; the
-  // other sockets are checked by the peers' credentials either way.
+  // cluster.local_transport "ipc" (the default) nothing is encrypted on one machine and
+  // the peers are checked by their credentials: set "tcp" for CURVE's cost.
   if (opt.fleet_frames > 0) {
     double fps_by_curve[2] = {0, 0};
     for (const bool curve : {true, false}) {

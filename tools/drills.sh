@@ -96,60 +96,63 @@ if [[ $QUICK == 1 ]]; then
   :
 else
 # ---------------------------------------------------------------- attacks on a running fleet
-R="$WORK/attack"
-# Replay off: the attacks need a busy fleet, not its learning (with the shipped replay the
-# 16M frames would take three times as long).
-"$BIN" run configs/cartpole.textproto --run-dir "$R" --set stop.total_env_frames=16000000 \
-  --set stop.target_return=0 --set learner.replay.fraction=0 > "$WORK/attack.out" 2>&1 &
-RUN_PID=$!
-for _ in $(seq 100); do [[ -s "$R/metrics.jsonl" ]] && break; sleep 0.1; done
-sleep 1
-COORD_PID=$RUN_PID
-# The PS shards and the coordinator listen on ipc:// here (cluster.local_transport), the
-# learner on TCP with CURVE. Over ipc a process is who its STAMPEDE_IDENTITY says (its
-# launcher's word, checked against its user): a forger "with a run key" is started with the
-# identity too, as the launcher would start a confused or compromised role.
-STAMPEDE_IDENTITY=learner-0 "$FORGE" "$R" status-budget --key learner-0 --count 3 >/dev/null     # the learner's own key, stolen
-STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" status-flood --key actor-0 --count 10 --flood-mb 60 >/dev/null
-flood_rss=$(rss_kb $COORD_PID)                                        # the run is still going here
-"$FORGE" "$R" put-nan --count 5 >/dev/null                          # an outsider's key
-STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" put-finite --key actor-0 --count 5 >/dev/null          # a run key, not a learner's
-"$FORGE" "$R" trajectory-reward --count 3 >/dev/null                 # outsider
-"$FORGE" "$R" status-budget --count 5 >/dev/null                     # outsider
-STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" status-budget --key actor-0 --count 5 >/dev/null       # an actor claiming to be the learner
-STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" trajectory-episodes --key actor-0 --count 3 >/dev/null # 100 episodes of return 1e30 each
-STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" trajectory-unrolls --key actor-0 --count 3 >/dev/null  # 20x the configured unrolls
-"$FORGE" "$R" put-nan --plain --count 3 >/dev/null                   # no CURVE at all
-wait $RUN_PID; rc=$?
-S="$R/summary.json"
-M=$(last_metrics "$R")
-row "forged PS puts, outsider key" "refused at the handshake, counted" \
-  "ps 0 unauthorised_connection=$(json $S "d['refused']['ps 0'].get('unauthorised_connection',0)")" \
-  $([[ $(json $S "d['refused']['ps 0'].get('unauthorised_connection',0) > 0") == True ]] && echo 0 || echo 1)
-row "PS puts with an actor's key" "refused per request, counted" \
-  "unauthorised_put ps0=$(json $S "d['refused']['ps 0'].get('unauthorised_put',0)") ps1=$(json $S "d['refused']['ps 1'].get('unauthorised_put',0)")" \
-  $([[ $(json $S "d['refused']['ps 0'].get('unauthorised_put',0) == 5 and d['refused']['ps 1'].get('unauthorised_put',0) == 5") == True ]] && echo 0 || echo 1)
-row "trajectories, outsider key" "refused at the handshake, counted" \
-  "learner unauthorised_connection=$(json $S "d['refused']['learner 0'].get('unauthorised_connection',0)")" \
-  $([[ $(json $S "d['refused']['learner 0'].get('unauthorised_connection',0) > 0") == True ]] && echo 0 || echo 1)
-row "statuses: outsider key / actor key as learner" "refused / ignored, counted" \
-  "coordinator unauthorised_connection=$(json $S "d['refused']['coordinator'].get('unauthorised_connection',0)"), forged_statuses=$(json $S "d.get('forged_statuses',0)")" \
-  $([[ $(json $S "d['refused']['coordinator'].get('unauthorised_connection',0) > 0 and d.get('forged_statuses',0) >= 5") == True ]] && echo 0 || echo 1)
-row "budget-spent status with the learner's key" "held: actors made far fewer frames" \
-  "implausible_statuses=$(json $S "d.get('implausible_statuses',0)")" \
-  $([[ $(json $S "d.get('implausible_statuses',0) >= 1") == True ]] && echo 0 || echo 1)
-row "forged budget-spent status" "run ends at the real budget" \
-  "stopped at $(json $S "d['env_frames']") frames: $(json $S "d['stop_reason']")" \
-  $([[ $rc == 0 && $(json $S "d['env_frames'] >= 16000000") == True ]] && echo 0 || echo 1)
-row "100 episodes of return 1e30" "dropped, return window unharmed" \
-  "out_of_range drops=$(json $M "d['dropped_by_reason'].get('out_of_range',0)"), return(100)=$(json $S "d['mean_return_100']")" \
-  $([[ $(json $M "d['dropped_by_reason'].get('out_of_range',0) >= 3") == True && $(json $S "0 < d['mean_return_100'] <= 500") == True ]] && echo 0 || echo 1)
-row "20x the configured unrolls" "dropped, frames not counted" \
-  "shape drops=$(json $M "d['dropped_by_reason'].get('shape',0)"), env_frames=$(json $S "d['env_frames']")" \
-  $([[ $(json $M "d['dropped_by_reason'].get('shape',0) == 3") == True ]] && echo 0 || echo 1)
-row "status flood, 10 x 60 MB" "bounded memory, no false 'silent' stop" \
-  "coordinator peak RSS $((flood_rss / 1024)) MB, exit $rc" \
-  $([[ $rc == 0 && $flood_rss -gt 0 && $flood_rss -lt 300000 ]] && echo 0 || echo 1)
+for transport in ipc tcp; do
+  R="$WORK/attack-$transport"
+  # Replay off: the attacks need a busy fleet, not its learning (with the shipped replay the
+  # 16M frames would take three times as long).
+  "$BIN" run configs/cartpole.textproto --run-dir "$R" --set stop.total_env_frames=16000000 \
+    --set stop.target_return=0 --set learner.replay.fraction=0 --set cluster.local_transport=$transport \
+    > "$WORK/attack-$transport.out" 2>&1 &
+  RUN_PID=$!
+  for _ in $(seq 100); do [[ -s "$R/metrics.jsonl" ]] && break; sleep 0.1; done
+  sleep 1
+  COORD_PID=$RUN_PID
+  # ipc: every socket is ipc://, and a process is who its STAMPEDE_IDENTITY says (its
+  # launcher's word, checked against its user): a forger "with a run key" is started with
+  # that identity too, as the launcher would start a confused or compromised role. tcp:
+  # loopback TCP with CURVE, as between hosts; the forger signs with the key it names.
+  STAMPEDE_IDENTITY=learner-0 "$FORGE" "$R" status-budget --key learner-0 --count 3 >/dev/null     # the learner's own key, stolen
+  STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" status-flood --key actor-0 --count 10 --flood-mb 60 >/dev/null
+  flood_rss=$(rss_kb $COORD_PID)                                        # the run is still going here
+  "$FORGE" "$R" put-nan --count 5 >/dev/null                          # an outsider's key
+  STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" put-finite --key actor-0 --count 5 >/dev/null          # a run key, not a learner's
+  "$FORGE" "$R" trajectory-reward --count 3 >/dev/null                 # outsider
+  "$FORGE" "$R" status-budget --count 5 >/dev/null                     # outsider
+  STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" status-budget --key actor-0 --count 5 >/dev/null       # an actor claiming to be the learner
+  STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" trajectory-episodes --key actor-0 --count 3 >/dev/null # 100 episodes of return 1e30 each
+  STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" trajectory-unrolls --key actor-0 --count 3 >/dev/null  # 20x the configured unrolls
+  "$FORGE" "$R" put-nan --plain --count 3 >/dev/null                   # no CURVE at all
+  wait $RUN_PID; rc=$?
+  S="$R/summary.json"
+  M=$(last_metrics "$R")
+  row "forged PS puts, outsider key [$transport]" "refused at the handshake, counted" \
+    "ps 0 unauthorised_connection=$(json $S "d['refused']['ps 0'].get('unauthorised_connection',0)")" \
+    $([[ $(json $S "d['refused']['ps 0'].get('unauthorised_connection',0) > 0") == True ]] && echo 0 || echo 1)
+  row "PS puts with an actor's key [$transport]" "refused per request, counted" \
+    "unauthorised_put ps0=$(json $S "d['refused']['ps 0'].get('unauthorised_put',0)") ps1=$(json $S "d['refused']['ps 1'].get('unauthorised_put',0)")" \
+    $([[ $(json $S "d['refused']['ps 0'].get('unauthorised_put',0) == 5 and d['refused']['ps 1'].get('unauthorised_put',0) == 5") == True ]] && echo 0 || echo 1)
+  row "trajectories, outsider key [$transport]" "refused at the handshake, counted" \
+    "learner unauthorised_connection=$(json $S "d['refused']['learner 0'].get('unauthorised_connection',0)")" \
+    $([[ $(json $S "d['refused']['learner 0'].get('unauthorised_connection',0) > 0") == True ]] && echo 0 || echo 1)
+  row "statuses: outsider key / actor key as learner [$transport]" "refused / ignored, counted" \
+    "coordinator unauthorised_connection=$(json $S "d['refused']['coordinator'].get('unauthorised_connection',0)"), forged_statuses=$(json $S "d.get('forged_statuses',0)")" \
+    $([[ $(json $S "d['refused']['coordinator'].get('unauthorised_connection',0) > 0 and d.get('forged_statuses',0) >= 5") == True ]] && echo 0 || echo 1)
+  row "budget-spent status with the learner's key [$transport]" "held: actors made far fewer frames" \
+    "implausible_statuses=$(json $S "d.get('implausible_statuses',0)")" \
+    $([[ $(json $S "d.get('implausible_statuses',0) >= 1") == True ]] && echo 0 || echo 1)
+  row "forged budget-spent status [$transport]" "run ends at the real budget" \
+    "stopped at $(json $S "d['env_frames']") frames: $(json $S "d['stop_reason']")" \
+    $([[ $rc == 0 && $(json $S "d['env_frames'] >= 16000000") == True ]] && echo 0 || echo 1)
+  row "100 episodes of return 1e30 [$transport]" "dropped, return window unharmed" \
+    "out_of_range drops=$(json $M "d['dropped_by_reason'].get('out_of_range',0)"), return(100)=$(json $S "d['mean_return_100']")" \
+    $([[ $(json $M "d['dropped_by_reason'].get('out_of_range',0) >= 3") == True && $(json $S "0 < d['mean_return_100'] <= 500") == True ]] && echo 0 || echo 1)
+  row "20x the configured unrolls [$transport]" "dropped, frames not counted" \
+    "shape drops=$(json $M "d['dropped_by_reason'].get('shape',0)"), env_frames=$(json $S "d['env_frames']")" \
+    $([[ $(json $M "d['dropped_by_reason'].get('shape',0) == 3") == True ]] && echo 0 || echo 1)
+  row "status flood, 10 x 60 MB [$transport]" "bounded memory, no false 'silent' stop" \
+    "coordinator peak RSS $((flood_rss / 1024)) MB, exit $rc" \
+    $([[ $rc == 0 && $flood_rss -gt 0 && $flood_rss -lt 300000 ]] && echo 0 || echo 1)
+done
 
 # ---------------------------------------------------------------- poisoned magnitudes, Catch
 R="$WORK/catch"

@@ -1,10 +1,21 @@
 #include "wire/zmq_util.h"
 
+#include <dirent.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
 #include <google/protobuf/io/coded_stream.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <random>
+#include <thread>
 
 namespace stampede::wire {
 
@@ -123,6 +134,42 @@ std::string CheckProtocol(const Sender& sender) {
   return "protocol version " + std::to_string(sender.protocol_version()) + " from " +
          RoleName(sender.role()) + " " + std::to_string(sender.task_index()) +
          ", this process speaks version " + std::to_string(PROTOCOL_VERSION);
+}
+
+namespace {
+// Bytes written to this process's Unix-domain sockets connected to `path` that their
+// peers have not read.
+int64_t UnreadBytesTo(const std::string& path) {
+  int64_t unread = 0;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    struct stat st;
+    if (::fstat(int(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_un peer{};
+    socklen_t len = sizeof peer;
+    if (::getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &len) != 0 || peer.sun_family != AF_UNIX) continue;
+    const size_t n = len > offsetof(sockaddr_un, sun_path) ? ::strnlen(peer.sun_path, len - offsetof(sockaddr_un, sun_path)) : 0;
+    if (std::string(peer.sun_path, n) != path) continue;
+    int queued = 0;
+    if (::ioctl(int(fd), SIOCOUTQ, &queued) == 0) unread += queued;
+  }
+  ::closedir(dir);
+  return unread;
+}
+}  // namespace
+
+bool WaitUnixPeerRead(const std::string& path, std::chrono::milliseconds max_wait) {
+  const auto until = std::chrono::steady_clock::now() + max_wait;
+  for (int quiet = 0;;) {
+    quiet = UnreadBytesTo(path) == 0 ? quiet + 1 : 0;
+    if (quiet >= 3) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 const char* RoleName(Role role) {

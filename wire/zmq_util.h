@@ -64,4 +64,9 @@ std::string CheckProtocol(const Sender& sender);
 
 const char* RoleName(Role role);
 
+// Linux: waits until the peers of this process's Unix-domain sockets connected to `path`
+// have read every byte written to them (SIOCOUTQ 0, three times in a row 10 ms apart) or
+// `max_wait` passes; true in the first case, and when no such socket is open.
+bool WaitUnixPeerRead(const std::string& path, std::chrono::milliseconds max_wait);
+
 }  // namespace stampede::wire
