@@ -238,7 +238,8 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt, std::string* s
       cl->coordinator().empty() || cl->control().empty() || cl->learner().empty() || cl->ps_size() == 0 ||
       (cfg->actors().inference() == "central" && cl->inference_size() == 0) ||
       (cfg->learner().update_mode() == "allreduce" && cl->allreduce_size() == 0);
-  if (cl->local_transport() == "ipc" && cl->launcher() == "local" && loopback && needs_fresh) {
+  // Not for `stampede coordinator`: the roles it supervises were started elsewhere, by hand.
+  if (cl->local_transport() == "ipc" && cl->launcher() == "local" && loopback && needs_fresh && !opt.standalone) {
     const char* tmp = std::getenv("TMPDIR");
     std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
     // Room for the longest socket name within the 107 bytes of a socket path.
