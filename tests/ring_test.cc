@@ -289,7 +289,9 @@ TEST_CASE("allreduce ring: the rendezvous gives every member the newest state, d
   zmq::context_t ctx(1);
   const int64_t N = 2500;  // several pieces of state (64 values each)
   const auto endpoints = TcpEndpoints(3);
-  auto rings = MakeRings(ctx, "rendezvous", 3, 64, std::chrono::milliseconds(2000), endpoints);
+  // 10 s: with a 2 s deadline the first rendezvous (about 117 pieces to each of two
+  // learners) timed out in 3 of 4 CI runs on a loaded machine, alone or not.
+  auto rings = MakeRings(ctx, "rendezvous", 3, 64, std::chrono::milliseconds(10000), endpoints);
   // Learner 1 holds the newest state (version 7); 0 and 2 older ones.
   std::vector<Held> held = {Held(N, 0.f, 5, 100), Held(N, 10.f, 7, 200), Held(N, 20.f, 6, 300)};
   auto out = Rendezvous(rings, {0, 1, 2}, held, true);
