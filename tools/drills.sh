@@ -159,8 +159,11 @@ done
 
 # ---------------------------------------------------------------- poisoned magnitudes, Catch
 R="$WORK/catch"
+# Over loopback TCP (CURVE): this block tests the learner's magnitude checks; over ipc a
+# forger's last trajectories can be cut off as it exits (zeromq/libzmq#4660), and it sends
+# only 30 (one CI run counted 10 arriving, 6 of them out of range).
 "$BIN" run configs/catch.textproto --run-dir "$R" --set stop.total_env_frames=1500000 --set stop.stop_at_target=false \
-  > "$WORK/catch.out" 2>&1 &
+  --set cluster.local_transport=tcp > "$WORK/catch.out" 2>&1 &
 RUN_PID=$!
 for _ in $(seq 100); do [[ -s "$R/metrics.jsonl" ]] && break; sleep 0.1; done
 for _ in 1 2 3; do

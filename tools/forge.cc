@@ -129,6 +129,12 @@ int ForgeTrajectories(Attacker& a, const std::string& kind, int count) {
     if (wire::SendTrajectory(push, b)) ++sent;
   }
   Pause(1.0);
+  // Over ipc:// libzmq may cut off what it has not written when the socket closes
+  // (zeromq/libzmq#4660): wait until the learner has read it all, as an actor does.
+  if (wire::IsIpcEndpoint(a.cfg.cluster().learner())) {
+    push.set(zmq::sockopt::linger, 2000);
+    (void)wire::WaitUnixPeerRead(a.cfg.cluster().learner().substr(6), std::chrono::seconds(5));
+  }
   std::printf("forge: sent %d of %d '%s' trajectories\n", sent, count, kind.c_str());
   return 0;
 }
