@@ -29,8 +29,10 @@ TEST_CASE("fleet: 2 actors, 1 learner and 2 PS shards learn Catch", "[fleet]") {
   // its own every 100k frames. Rows every 0.5 s: the run lasts about 4 s, and with the
   // default 2 s a loaded CI machine once wrote a single row, at the budget, where the
   // linear schedule has brought the learning rate (and so the update) to zero.
+  // 1.5M frames: over ipc the shipped 500k took 1.3 s, and the evaluator finished one round.
   Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set", "evaluation.interval_frames=100000",
-                  "--set", "evaluation.episodes=20", "--set", "coordinator.progress_interval_s=0.5"},
+                  "--set", "evaluation.episodes=20", "--set", "coordinator.progress_interval_s=0.5", "--set",
+                  "stop.total_env_frames=1500000"},
                  run_dir + ".out");
   const int code = Wait(p, std::chrono::seconds(110));
   INFO(Slurp(p.output_path));
