@@ -8,6 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
@@ -40,6 +43,63 @@ struct Attacker {
 
 void Pause(double seconds) { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }
 
+// A socket's handshake with its server, watched from before it connects. The forger's
+// sockets have no linger (ConfigureSender), so what they queued leaves only if the
+// handshake is done before they close. On a loaded machine it can take longer than a
+// fixed pause (one CI run counted none of the three budget-spent statuses sent with the
+// learner's key, over ipc and once over TCP).
+class Handshake {
+ public:
+  Handshake(zmq::context_t& ctx, zmq::socket_t& socket) : events_(ctx, zmq::socket_type::pair) {
+    static int next = 0;
+    const std::string address = "inproc://forge-handshake-" + std::to_string(next++);
+    constexpr int kEvents = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                            ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (zmq_socket_monitor(socket.handle(), address.c_str(), kEvents) == 0) {
+      events_.connect(address);
+      watching_ = true;
+    }
+  }
+
+  // True once the server accepted the connection; false when it refused it (the first
+  // outcome counts: a refused client retries) or nothing was heard within `max_wait`.
+  bool Accepted(std::chrono::milliseconds max_wait) {
+    if (outcome_ || !watching_) return outcome_.value_or(false);
+    zmq::pollitem_t item{events_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, max_wait) <= 0 || !(item.revents & ZMQ_POLLIN)) return false;
+    zmq::message_t head, endpoint;
+    if (!events_.recv(head) || head.size() < sizeof(uint16_t)) return false;
+    if (head.more()) (void)events_.recv(endpoint);
+    uint16_t event = 0;
+    std::memcpy(&event, head.data(), sizeof event);
+    outcome_ = event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+    return *outcome_;
+  }
+
+ private:
+  zmq::socket_t events_;
+  bool watching_ = false;
+  std::optional<bool> outcome_;
+};
+
+// Connects `s` (CURVE toward `server` where the run uses it) and watches its handshake.
+std::unique_ptr<Handshake> Connect(Attacker& a, zmq::socket_t& s, const std::string& server,
+                                   const std::string& endpoint) {
+  a.Secure(s, server, endpoint);
+  auto handshake = std::make_unique<Handshake>(a.ctx, s);
+  s.connect(endpoint);
+  return handshake;
+}
+
+// Before the socket closes: once the server has accepted it, let what was queued reach
+// it (a linger, and over ipc the wait an actor does before it stops, zeromq/libzmq#4660).
+// A refused socket has nothing to deliver.
+void Deliver(zmq::socket_t& s, Handshake& handshake, const std::string& endpoint) {
+  if (!handshake.Accepted(std::chrono::seconds(10))) return;
+  s.set(zmq::sockopt::linger, 5000);
+  if (wire::IsIpcEndpoint(endpoint)) (void)wire::WaitUnixPeerRead(endpoint.substr(6), std::chrono::seconds(5));
+}
+
 // Forged puts to every PS shard: version 10^12, each slice NaN (`nan`) or a finite
 // but wrong pattern, with the layout a get would reveal (total size, fingerprint).
 int ForgePuts(Attacker& a, bool nan, int count) {
@@ -51,11 +111,11 @@ int ForgePuts(Attacker& a, bool nan, int count) {
   }
   const int S = a.cfg.cluster().ps_size();
   std::vector<zmq::socket_t> sockets;
+  std::vector<std::unique_ptr<Handshake>> handshakes;
   for (int s = 0; s < S; ++s) {
     zmq::socket_t sock(a.ctx, zmq::socket_type::dealer);
     wire::ConfigureSender(sock, 100, 0);
-    a.Secure(sock, wire::Identity("ps", s), a.cfg.cluster().ps(s));
-    sock.connect(a.cfg.cluster().ps(s));
+    handshakes.push_back(Connect(a, sock, wire::Identity("ps", s), a.cfg.cluster().ps(s)));
     sockets.push_back(std::move(sock));
   }
   const int64_t total = core->param_count();
@@ -82,7 +142,7 @@ int ForgePuts(Attacker& a, bool nan, int count) {
     }
     Pause(0.05);
   }
-  Pause(1.0);  // let the queued messages leave (or the handshake fail)
+  for (int s = 0; s < S; ++s) Deliver(sockets[s], *handshakes[s], a.cfg.cluster().ps(s));
   std::printf("forge: sent %d %s puts to %d shards\n", count, nan ? "NaN" : "finite", S);
   return 0;
 }
@@ -99,8 +159,7 @@ int ForgeTrajectories(Attacker& a, const std::string& kind, int count) {
   net::InitParams(core->net_spec(), 1, params);
   zmq::socket_t push(a.ctx, zmq::socket_type::push);
   wire::ConfigureSender(push, 10, 1000);
-  a.Secure(push, "learner-0", a.cfg.cluster().learner());
-  push.connect(a.cfg.cluster().learner());
+  const auto handshake = Connect(a, push, "learner-0", a.cfg.cluster().learner());
   wire::TrajectoryBatch b;
   *b.meta.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 0, 99);
   int sent = 0;
@@ -128,13 +187,7 @@ int ForgeTrajectories(Attacker& a, const std::string& kind, int count) {
     }
     if (wire::SendTrajectory(push, b)) ++sent;
   }
-  Pause(1.0);
-  // Over ipc:// libzmq may cut off what it has not written when the socket closes
-  // (zeromq/libzmq#4660): wait until the learner has read it all, as an actor does.
-  if (wire::IsIpcEndpoint(a.cfg.cluster().learner())) {
-    push.set(zmq::sockopt::linger, 2000);
-    (void)wire::WaitUnixPeerRead(a.cfg.cluster().learner().substr(6), std::chrono::seconds(5));
-  }
+  Deliver(push, *handshake, a.cfg.cluster().learner());
   std::printf("forge: sent %d of %d '%s' trajectories\n", sent, count, kind.c_str());
   return 0;
 }
@@ -144,8 +197,7 @@ int ForgeTrajectories(Attacker& a, const std::string& kind, int count) {
 int ForgeStatuses(Attacker& a, bool flood, int count, int flood_mb) {
   zmq::socket_t push(a.ctx, zmq::socket_type::push);
   wire::ConfigureSender(push, 10, 200);
-  a.Secure(push, "coordinator", a.cfg.cluster().coordinator());
-  push.connect(a.cfg.cluster().coordinator());
+  const auto handshake = Connect(a, push, "coordinator", a.cfg.cluster().coordinator());
   wire::Status s;
   *s.mutable_sender() = wire::MakeSender(wire::ROLE_LEARNER, 0, 1);
   s.set_env_frames(a.cfg.stop().total_env_frames() + 1);
@@ -155,7 +207,7 @@ int ForgeStatuses(Attacker& a, bool flood, int count, int flood_mb) {
   if (flood) s.set_activity(std::string(size_t(flood_mb) << 20, 'x'));
   int sent = 0;
   for (int i = 0; i < count; ++i) sent += wire::SendMessage(push, s) ? 1 : 0;
-  Pause(1.0);
+  Deliver(push, *handshake, a.cfg.cluster().coordinator());
   std::printf("forge: sent %d of %d %s statuses\n", sent, count, flood ? "flooding" : "budget-spent");
   return 0;
 }
