@@ -103,27 +103,29 @@ TEST_CASE("fleet: pixel Catch with an LSTM learns through central inference (CUR
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
 
-TEST_CASE("fleet: Pendulum (box actions, Gaussian head) improves by at least 500", "[fleet][net]") {
-  // A random policy scores about -1450 per episode; the config stops at -400. The test
-  // asks for the best 100-episode mean to beat the first one by 500 within 4M frames.
+TEST_CASE("fleet: Pendulum (box actions, Gaussian head) learns a 100-episode mean of -850", "[fleet][net]") {
+  // Baselines, simulated with the same dynamics (2,000 episodes each): a uniformly random
+  // torque scores -1223 per 200-step episode (a 100-episode mean stays above -1135 in
+  // 99.9% of windows), no torque -1217, and no constant torque better than -1289. So a
+  // mean of -850 needs torques that depend on the state. The config stops at -400.
+  // (The first full window is not a baseline: on a fast fleet the policy has already
+  // learned for a while before 100 episodes have ended; one run's first mean was -670.)
   const std::string run_dir = FreshRunDir("pendulum");
   Proc p = Start({"run", "configs/pendulum.textproto", "--run-dir", run_dir, "--set",
                   "coordinator.progress_interval_s=0.5"}, run_dir + ".out");
   const int code = Wait(p, std::chrono::seconds(170));
   INFO(Slurp(p.output_path));
   REQUIRE(code == 0);
-  double first = 0, best = -1e9;
-  bool have_first = false;
+  double best = -1e9;
+  int windows = 0;
   for (const auto& r : Metrics(run_dir)) {
     if (r.contains("event") || !r.contains("mean_return_100") || r.value("returns_counted", 0) < 100) continue;
-    const double m = r["mean_return_100"].get<double>();
-    if (!have_first) first = m, have_first = true;
-    best = std::max(best, m);
+    best = std::max(best, r["mean_return_100"].get<double>());
+    ++windows;
   }
-  REQUIRE(have_first);
-  INFO("first full-window mean " << first << ", best " << best);
-  CHECK(first < -1000);
-  CHECK(best >= first + 500);
+  REQUIRE(windows > 0);
+  INFO("best 100-episode mean " << best);
+  CHECK(best >= -850);
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
 
