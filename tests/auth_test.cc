@@ -39,6 +39,23 @@ std::shared_ptr<const wire::Curve> Load(const std::string& dir, const std::strin
   return c;
 }
 
+// A learner's trajectory socket, set up as the learner sets it up: the run's keys in
+// `dir`, its ZAP handler, and a PULL socket bound `at` (a TCP wildcard or an ipc:// path).
+struct TrajectoryServer {
+  TrajectoryServer(const std::string& dir, const std::string& at)
+      : curve(Load(dir, "learner-0")), zap(ctx, *curve, wire::RunAllowList(), "learner") {
+    wire::ConfigureReceiver(pull, 1 << 20);
+    curve->MakeServer(pull, wire::kDomainTrajectories, at);
+    pull.bind(at);
+    endpoint = pull.get(zmq::sockopt::last_endpoint);
+  }
+  zmq::context_t ctx{1};
+  std::shared_ptr<const wire::Curve> curve;
+  wire::ZapHandler zap;
+  zmq::socket_t pull{ctx, zmq::socket_type::pull};
+  std::string endpoint;
+};
+
 }  // namespace
 
 TEST_CASE("auth: keys are private files, and a damaged key file is named in the error", "[auth]") {
@@ -128,14 +145,11 @@ TEST_CASE("auth: the trajectory socket accepts actors only and names each messag
   const std::string dir = TempDir("traj");
   std::string error;
   REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}, &error));
-  zmq::context_t server_ctx(1), client_ctx(1);
-  auto learner_curve = Load(dir, "learner-0");
-  wire::ZapHandler zap(server_ctx, *learner_curve, wire::RunAllowList(), "learner");
-  zmq::socket_t pull(server_ctx, zmq::socket_type::pull);
-  wire::ConfigureReceiver(pull, 1 << 20);
-  learner_curve->MakeServer(pull, wire::kDomainTrajectories, "tcp://127.0.0.1:*");
-  pull.bind("tcp://127.0.0.1:*");
-  const std::string endpoint = pull.get(zmq::sockopt::last_endpoint);
+  zmq::context_t client_ctx(1);
+  TrajectoryServer server(dir, "tcp://127.0.0.1:*");
+  wire::ZapHandler& zap = server.zap;
+  zmq::socket_t& pull = server.pull;
+  const std::string endpoint = server.endpoint;
 
   auto push_from = [&](const std::string& identity, const std::string& text) {
     zmq::socket_t push(client_ctx, zmq::socket_type::push);
@@ -170,14 +184,11 @@ TEST_CASE("auth: a running server takes an actor whose keys were added to the ru
   const std::string dir = TempDir("added"), outside = TempDir("added-outsider");
   std::string error;
   REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "actor-0"}, &error));
-  zmq::context_t server_ctx(1), client_ctx(1);
-  auto learner_curve = Load(dir, "learner-0");
-  wire::ZapHandler zap(server_ctx, *learner_curve, wire::RunAllowList(), "learner");
-  zmq::socket_t pull(server_ctx, zmq::socket_type::pull);
-  wire::ConfigureReceiver(pull, 1 << 20);
-  learner_curve->MakeServer(pull, wire::kDomainTrajectories, "tcp://127.0.0.1:*");
-  pull.bind("tcp://127.0.0.1:*");
-  const std::string endpoint = pull.get(zmq::sockopt::last_endpoint);
+  zmq::context_t client_ctx(1);
+  TrajectoryServer server(dir, "tcp://127.0.0.1:*");
+  wire::ZapHandler& zap = server.zap;
+  zmq::socket_t& pull = server.pull;
+  const std::string endpoint = server.endpoint;
   pull.set(zmq::sockopt::rcvtimeo, 5000);
 
   // An identity that is not in the run's directory: refused.
@@ -275,14 +286,11 @@ TEST_CASE("auth: an ipc:// socket takes the run's actors by their credentials an
   const std::string dir = TempDir("ipc");
   std::string error;
   REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}, &error));
-  zmq::context_t server_ctx(1), client_ctx(1);
-  auto learner_curve = Load(dir, "learner-0");
-  wire::ZapHandler zap(server_ctx, *learner_curve, wire::RunAllowList(), "learner");
-  zmq::socket_t pull(server_ctx, zmq::socket_type::pull);
-  wire::ConfigureReceiver(pull, 1 << 20);
-  const std::string endpoint = "ipc://" + dir + "/trajectories";
-  learner_curve->MakeServer(pull, wire::kDomainTrajectories, endpoint);
-  pull.bind(endpoint);
+  zmq::context_t client_ctx(1);
+  TrajectoryServer server(dir, "ipc://" + dir + "/trajectories");
+  wire::ZapHandler& zap = server.zap;
+  zmq::socket_t& pull = server.pull;
+  const std::string endpoint = server.endpoint;
   pull.set(zmq::sockopt::rcvtimeo, 5000);
 
   // This test process names no identity: refused at the handshake.
@@ -290,7 +298,7 @@ TEST_CASE("auth: an ipc:// socket takes the run's actors by their credentials an
   {
     zmq::socket_t push(client_ctx, zmq::socket_type::push);
     wire::ConfigureSender(push, 10, 0);
-    learner_curve->MakeClient(push, "learner-0", endpoint);  // nothing to do over ipc
+    server.curve->MakeClient(push, "learner-0", endpoint);  // nothing to do over ipc
     push.connect(endpoint);
     zmq::message_t m(std::string("from a process with no identity"));
     (void)push.send(m, zmq::send_flags::dontwait);
