@@ -97,8 +97,10 @@ if [[ $QUICK == 1 ]]; then
 else
 # ---------------------------------------------------------------- attacks on a running fleet
 # Over ipc (the default on one machine); DRILL_TRANSPORTS="ipc tcp" also over loopback TCP
-# with CURVE (its "budget-spent status with the learner's key" row once read 0 implausible
-# statuses in CI there, unexplained; CURVE's refusals are also in the auth tests).
+# with CURVE (CURVE's refusals are also in the auth tests). The forger delivers what it
+# queued once the server has accepted its connection: with a fixed one-second pause the
+# "budget-spent status with the learner's key" row read 0 now and then, its statuses
+# dropped unsent on a loaded machine, over either transport.
 for transport in ${DRILL_TRANSPORTS:-ipc}; do
   R="$WORK/attack-$transport"
   # Replay off: the attacks need a busy fleet, not its learning (with the shipped replay the
