@@ -329,6 +329,11 @@ ZapHandler::~ZapHandler() {
   thread_.join();
 }
 
+bool ZapHandler::Allowed(const std::string& domain, const std::string& identity) const {
+  const auto it = allowed_.find(domain);
+  return it != allowed_.end() && it->second.count(IdentityRole(identity)) > 0;
+}
+
 void ZapHandler::Serve() {
   LogLimiter limiter;
   zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -363,12 +368,11 @@ void ZapHandler::Serve() {
         for (const auto& [key, id] : role_of_key_) known = known || id == claimed;
         if (!known && (pass == 1 || !Rescan())) break;
       }
-      auto allowed = allowed_.find(domain);
       if (claimed.empty()) {
         // why says it
       } else if (!known) {
         why = "process claiming '" + claimed + "', which is no process of this run";
-      } else if (allowed == allowed_.end() || !allowed->second.count(IdentityRole(claimed))) {
+      } else if (!Allowed(domain, claimed)) {
         why = claimed + ", which may not use the '" + domain + "' socket";
       } else {
         identity = claimed;
@@ -378,10 +382,9 @@ void ZapHandler::Serve() {
     } else {
       auto it = role_of_key_.find(req[6].to_string());
       if (it == role_of_key_.end() && Rescan()) it = role_of_key_.find(req[6].to_string());
-      auto allowed = allowed_.find(domain);
       if (it == role_of_key_.end()) {
         why = "a key that belongs to no process of this run";
-      } else if (allowed == allowed_.end() || !allowed->second.count(IdentityRole(it->second))) {
+      } else if (!Allowed(domain, it->second)) {
         why = it->second + "'s key, which may not use the '" + domain + "' socket";
       } else {
         identity = it->second;

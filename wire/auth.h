@@ -122,6 +122,8 @@ class ZapHandler {
   void SetKeys(const std::map<std::string, std::string>& peers);
   // Reads the keys directory again if it changed; true if the table was replaced.
   bool Rescan();
+  // Whether `identity`'s role may use the `domain` socket (the allow-list).
+  bool Allowed(const std::string& domain, const std::string& identity) const;
   zmq::socket_t socket_;
   std::string keys_dir_;
   int64_t dir_mtime_ns_ = -1;
