@@ -26,6 +26,8 @@ constexpr std::chrono::milliseconds kPollSlice{100};
 // one finishes; none should, as each sender sends in the order its receiver reads) are
 // kept up to this many.
 constexpr size_t kMaxEarly = 256;
+// Pieces of state kept that came before the chief's plan.
+constexpr size_t kMaxEarlyState = 4096;
 
 // "step S of ring G" for a round the learners number (generation << 40) | step; the number
 // itself otherwise.
@@ -422,6 +424,9 @@ base::Status Ring::Rendezvous(RingMemberState* state, int64_t floor, bool first,
   // Who has which state version and frames (the plan's `known`).
   std::map<int, std::pair<int64_t, int64_t>> versions;
   wire::RingPart decided;
+  // Pieces of state that came before the chief's plan (the source and the chief send
+  // independently, so a member can read the source's first pieces before the plan).
+  std::vector<Early> state_early;
   if (m.opt.rank == 0) {
     // The chief: ask everyone, take who comes, decide.
     m.joins[0] = {state->version, state->env_frames};
@@ -512,6 +517,15 @@ base::Status Ring::Rendezvous(RingMemberState* state, int64_t floor, bool first,
         m.KeepEarly(std::move(h), std::move(payload));  // a member that has the plan already
         continue;
       }
+      if (h.phase() == kState) {
+        // The source read the chief's plan first and has begun sending: kept for below.
+        if (state_early.size() < kMaxEarlyState) {
+          state_early.push_back(Early{std::move(h), std::move(payload)});
+        } else {
+          m.Drop("too many pieces of state ahead of the chief's plan");
+        }
+        continue;
+      }
       if (h.sender().task_index() != 0) continue;
       if (h.phase() == kReset) next_join = Clock::now();  // join at once
       if (h.phase() == kPlan && h.step() > m.generation) {
@@ -562,10 +576,15 @@ base::Status Ring::Rendezvous(RingMemberState* state, int64_t floor, bool first,
       }
     }
   } else if (state->version < newest) {
+    size_t taken = 0;  // of state_early
     for (int64_t at = 0; at < 3 * N;) {
       wire::RingPart h;
       zmq::message_t payload;
-      if (!m.Next(deadline, &h, &payload, stop)) {
+      if (taken < state_early.size()) {
+        h = std::move(state_early[taken].header);
+        payload = std::move(state_early[taken].payload);
+        ++taken;
+      } else if (!m.Next(deadline, &h, &payload, stop)) {
         if (stop && stop->load()) return base::Cancelled("stopped");
         return base::Unavailable("allreduce: no state from learner " + std::to_string(p.source) + " within " +
                                  std::to_string(m.opt.timeout.count() / 1000.0) + " s");
