@@ -17,6 +17,7 @@
 
 #include "actors/actor.h"
 #include "base/cpu.h"
+#include "base/huge_pages.h"
 #include "actors/env_source.h"
 #include "envs/minatar.h"
 #include "envs/python_env.h"
@@ -189,8 +190,8 @@ int RunBench(const BenchOptions& opt) {
   config::Config cfg = loaded.config;
   std::printf("stampede bench: env %s, config %s\n", actors::EnvSourceFromConfig(cfg).Describe().c_str(),
               opt.config_path.c_str());
-  std::printf("  CPU: %s; binary built for %s; net.gemm_backend \"%s\"\n", base::CpuDescription().c_str(),
-              base::BuildTarget().c_str(), cfg.net().gemm_backend().c_str());
+  std::printf("  CPU: %s; binary built for %s; net.gemm_backend \"%s\"\n  memory: %s\n", base::CpuDescription().c_str(),
+              base::BuildTarget().c_str(), cfg.net().gemm_backend().c_str(), base::HugePagesDescription().c_str());
 
   // 1. Raw env steps/s: the actor's E envs as one vector env, random actions, one core.
   {
@@ -513,7 +514,8 @@ int RunNetworkBench(const BenchOptions& opt) {
   std::printf("stampede bench --networks: CPU, one thread, uint8 observations, 6 actions; "
               "a 512^3 GEMM (net.gemm_backend %s) runs %.1f GFLOP/s here now (stampede bench --gemm: every backend)\n",
               gemm.c_str(), peak);
-  std::printf("  CPU: %s; binary built for %s\n", base::CpuDescription().c_str(), base::BuildTarget().c_str());
+  std::printf("  CPU: %s; binary built for %s\n  memory: %s\n", base::CpuDescription().c_str(), base::BuildTarget().c_str(),
+              base::HugePagesDescription().c_str());
   // Each convolution backend this build has (net.conv_backend), the default last.
   std::vector<net::ConvBackend> backends = {net::ConvBackend::kEigen};
   if (net::OneDnnBuilt()) backends.push_back(net::ConvBackend::kOneDnn);

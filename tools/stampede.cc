@@ -11,6 +11,7 @@
 #include "actors/actor.h"
 #include "actors/evaluate.h"
 #include "actors/inference.h"
+#include "base/huge_pages.h"
 #include "base/signals.h"
 #include "base/status.h"
 #include "coordinator/run.h"
@@ -67,6 +68,8 @@ bool NeedsEndpoints(const stampede::config::Config& cfg, const char* role) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything else (the exec replaces the process): malloc asks for huge pages.
+  stampede::base::ReexecWithHugePages(argv);
   // First thing: a SIGTERM or Ctrl-C that arrives during start-up still means "stop
   // cleanly", never the default abrupt death.
   stampede::base::InstallStopHandlers();

@@ -430,6 +430,45 @@ TEST_CASE("fleet: a killed actor is restarted while the run goes on", "[fleet]")
   CheckNoneLeft(Spawned(rows));
 }
 
+TEST_CASE("fleet: every process's malloc asks for huge pages where the kernel gives them only on request", "[fleet]") {
+  std::string mode;
+  std::getline(std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled") >> std::ws, mode);
+  if (mode.find("[madvise]") == std::string::npos || std::getenv("GLIBC_TUNABLES") != nullptr ||
+      std::getenv("STAMPEDE_HUGE_PAGES") != nullptr) {
+    WARN("skipped: THP mode is \"" << mode << "\" (not madvise), or GLIBC_TUNABLES or STAMPEDE_HUGE_PAGES is set here");
+    return;
+  }
+  const std::string run_dir = FreshRunDir("hugepages");
+  Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set", "stop.total_env_frames=100000000"},
+                 run_dir + ".out");
+  // The coordinator re-executed itself with the tunable; its children inherit it, and
+  // their malloc has asked for (and here got) huge pages for the learner's buffers.
+  const int learner = PidOnceTraining(run_dir, "learner 0", 5);
+  const int actor = PidOnceTraining(run_dir, "actor 0", 5);
+  REQUIRE(learner > 0);
+  REQUIRE(actor > 0);
+  for (const int pid : {int(p.pid), learner, actor}) {
+    std::string env = Slurp("/proc/" + std::to_string(pid) + "/environ");
+    std::replace(env.begin(), env.end(), '\0', '\n');
+    INFO("pid " << pid << " environment:\n" << env);
+    CHECK(env.find("GLIBC_TUNABLES=glibc.malloc.hugetlb=1\n") != std::string::npos);
+  }
+  ::kill(-p.pid, SIGINT);
+  INFO(Slurp(p.output_path));
+  CHECK(Wait(p, std::chrono::seconds(60)) == 130);
+  // Turned off, nothing asks.
+  const std::string off_dir = FreshRunDir("hugepages-off");
+  ::setenv("STAMPEDE_HUGE_PAGES", "0", 1);
+  Proc q = Start({"run", "configs/catch.textproto", "--run-dir", off_dir, "--set", "stop.total_env_frames=100000000"},
+                 off_dir + ".out");
+  ::unsetenv("STAMPEDE_HUGE_PAGES");
+  const int off_learner = PidOnceTraining(off_dir, "learner 0", 5);
+  REQUIRE(off_learner > 0);
+  CHECK(Slurp("/proc/" + std::to_string(off_learner) + "/environ").find("glibc.malloc.hugetlb") == std::string::npos);
+  ::kill(-q.pid, SIGINT);
+  CHECK(Wait(q, std::chrono::seconds(60)) == 130);
+}
+
 TEST_CASE("fleet: Ctrl-C stops every process and writes the final checkpoint", "[fleet]") {
   const std::string run_dir = FreshRunDir("sigint");
   Proc p = Start({"run", "configs/cartpole.textproto", "--run-dir", run_dir, "--set",
