@@ -23,18 +23,7 @@ class Optimizer {
   // Optimizer step t (1-based: the number of steps applied so far, this one included; it
   // matters only to Adam's bias correction). Returns the update-to-parameter ratio,
   // RMS(step) / RMS(parameters after it).
-  double Step(std::span<float> params, std::span<const float> grad, double learning_rate, int64_t t) {
-    const net::OptimizerStep st = net::MakeOptimizerStep(hyper_, learning_rate, t);
-    double step_sq = 0, param_sq = 0;
-    for (size_t i = 0; i < params.size(); ++i) {
-      const float before = params[i];
-      net::OptimizerElement(hyper_, st, params[i], s_[i], m_[i], grad[i]);
-      const double d = double(params[i]) - double(before);
-      step_sq += d * d;
-      param_sq += double(params[i]) * params[i];
-    }
-    return param_sq > 0 ? std::sqrt(step_sq / param_sq) : 0.0;
-  }
+  double Step(std::span<float> params, std::span<const float> grad, double learning_rate, int64_t t);
   const net::OptimizerHyper& hyper() const { return hyper_; }
   // RMSProp's mean square, Adam's second moment.
   std::vector<float>& mean_square() { return s_; }
@@ -42,6 +31,9 @@ class Optimizer {
   std::vector<float>& momentum() { return m_; }
 
  private:
+  template <net::OptimizerKind K>
+  double StepAs(std::span<float> params, std::span<const float> grad, const net::OptimizerStep& st);
+
   net::OptimizerHyper hyper_;
   std::vector<float> s_, m_;
 };

@@ -192,6 +192,48 @@ TEST_CASE("optimizer: Adam is bias-corrected, so its first step is lr * sign(g)"
   CHECK(adam.mean_square()[0] == Approx(v).epsilon(1e-4));
 }
 
+TEST_CASE("optimizer: every element of a large buffer and the update ratio follow the formulas in double", "[loss]") {
+  // Sizes across the step's 512-element blocks and 8-lane sums (and their tails), each
+  // kind over three steps, against a double-precision replay of the same formulas.
+  for (const net::OptimizerKind kind :
+       {net::OptimizerKind::kRmsProp, net::OptimizerKind::kRmsPropTorch, net::OptimizerKind::kAdam}) {
+    for (const size_t n : {size_t(1), size_t(7), size_t(512), size_t(1031)}) {
+      CAPTURE(int(kind), n);
+      const net::OptimizerHyper h{kind, 0.99f, kind == net::OptimizerKind::kAdam ? 0.9f : 0.5f, 0.01f};
+      learner::Optimizer opt(int64_t(n), h);
+      std::vector<float> w(n);
+      std::vector<double> wd(n), sd(n, 0.0), md(n, 0.0);
+      for (size_t i = 0; i < n; ++i) wd[i] = w[i] = float(std::sin(0.37 * double(i) + 1.0));
+      for (int t = 1; t <= 3; ++t) {
+        std::vector<float> g(n);
+        for (size_t i = 0; i < n; ++i) g[i] = float(0.1 * std::cos(0.11 * double(i) * t) + 0.01 * t);
+        const double lr = 0.01 * t;
+        const double ratio = opt.Step(w, g, lr, t);
+        double step_sq = 0, param_sq = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const double gi = g[i], d = h.decay, mo = h.momentum, eps = h.epsilon, before = wd[i];
+          sd[i] = d * sd[i] + (1 - d) * gi * gi;
+          if (kind == net::OptimizerKind::kRmsProp) {
+            md[i] = mo * md[i] + lr * gi / std::sqrt(sd[i] + eps);
+            wd[i] -= md[i];
+          } else if (kind == net::OptimizerKind::kRmsPropTorch) {
+            md[i] = mo * md[i] + gi / (std::sqrt(sd[i]) + eps);
+            wd[i] -= lr * md[i];
+          } else {
+            md[i] = mo * md[i] + (1 - mo) * gi;
+            const double mhat = md[i] / (1 - std::pow(mo, t)), vhat = sd[i] / (1 - std::pow(d, t));
+            wd[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+          }
+          step_sq += (wd[i] - before) * (wd[i] - before);
+          param_sq += wd[i] * wd[i];
+          CHECK(w[i] == Approx(wd[i]).epsilon(1e-4).margin(1e-6));
+        }
+        CHECK(ratio == Approx(std::sqrt(step_sq / param_sq)).epsilon(1e-3));
+      }
+    }
+  }
+}
+
 TEST_CASE("optimizer: the learning-rate schedule has its own horizon and an optional warm-up", "[loss]") {
   config::OptimizerConfig oc;
   oc.set_learning_rate(1.0);
