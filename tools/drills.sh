@@ -116,7 +116,7 @@ for transport in ${DRILL_TRANSPORTS:-ipc}; do
   # launcher's word, checked against its user): a forger "with a run key" is started with
   # that identity too, as the launcher would start a confused or compromised role. tcp:
   # loopback TCP with CURVE, as between hosts; the forger signs with the key it names.
-  STAMPEDE_IDENTITY=learner-0 "$FORGE" "$R" status-budget --key learner-0 --count 3 >/dev/null     # the learner's own key, stolen
+  budget_forge=$(STAMPEDE_IDENTITY=learner-0 "$FORGE" "$R" status-budget --key learner-0 --count 3 2>&1 | tail -1)  # the learner's own key, stolen
   STAMPEDE_IDENTITY=actor-0 "$FORGE" "$R" status-flood --key actor-0 --count 10 --flood-mb 60 >/dev/null
   flood_rss=$(rss_kb $COORD_PID)                                        # the run is still going here
   "$FORGE" "$R" put-nan --count 5 >/dev/null                          # an outsider's key
@@ -143,7 +143,7 @@ for transport in ${DRILL_TRANSPORTS:-ipc}; do
     "coordinator unauthorised_connection=$(json $S "d['refused']['coordinator'].get('unauthorised_connection',0)"), forged_statuses=$(json $S "d.get('forged_statuses',0)")" \
     $([[ $(json $S "d['refused']['coordinator'].get('unauthorised_connection',0) > 0 and d.get('forged_statuses',0) >= 5") == True ]] && echo 0 || echo 1)
   row "budget-spent status with the learner's key [$transport]" "held: actors made far fewer frames" \
-    "implausible_statuses=$(json $S "d.get('implausible_statuses',0)")" \
+    "implausible_statuses=$(json $S "d.get('implausible_statuses',0)"); ${budget_forge#forge: }" \
     $([[ $(json $S "d.get('implausible_statuses',0) >= 1") == True ]] && echo 0 || echo 1)
   row "forged budget-spent status [$transport]" "run ends at the real budget" \
     "stopped at $(json $S "d['env_frames']") frames: $(json $S "d['stop_reason']")" \

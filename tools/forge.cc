@@ -93,11 +93,17 @@ std::unique_ptr<Handshake> Connect(Attacker& a, zmq::socket_t& s, const std::str
 
 // Before the socket closes: once the server has accepted it, let what was queued reach
 // it (a linger, and over ipc the wait an actor does before it stops, zeromq/libzmq#4660).
-// A refused socket has nothing to deliver.
-void Deliver(zmq::socket_t& s, Handshake& handshake, const std::string& endpoint) {
-  if (!handshake.Accepted(std::chrono::seconds(10))) return;
+// A refused socket has nothing to deliver. Says which it was: "accepted, read" (over ipc,
+// the server had read every byte), "accepted" (a linger does the rest), "refused or no
+// handshake within 10 s".
+std::string Deliver(zmq::socket_t& s, Handshake& handshake, const std::string& endpoint) {
+  if (!handshake.Accepted(std::chrono::seconds(10))) return "refused or no handshake within 10 s";
   s.set(zmq::sockopt::linger, 5000);
-  if (wire::IsIpcEndpoint(endpoint)) (void)wire::WaitUnixPeerRead(endpoint.substr(6), std::chrono::seconds(5));
+  if (wire::IsIpcEndpoint(endpoint)) {
+    return wire::WaitUnixPeerRead(endpoint.substr(6), std::chrono::seconds(5)) ? "accepted, read"
+                                                                                 : "accepted, not all read within 5 s";
+  }
+  return "accepted";
 }
 
 // Forged puts to every PS shard: version 10^12, each slice NaN (`nan`) or a finite
@@ -207,8 +213,9 @@ int ForgeStatuses(Attacker& a, bool flood, int count, int flood_mb) {
   if (flood) s.set_activity(std::string(size_t(flood_mb) << 20, 'x'));
   int sent = 0;
   for (int i = 0; i < count; ++i) sent += wire::SendMessage(push, s) ? 1 : 0;
-  Deliver(push, *handshake, a.cfg.cluster().coordinator());
-  std::printf("forge: sent %d of %d %s statuses\n", sent, count, flood ? "flooding" : "budget-spent");
+  const std::string delivery = Deliver(push, *handshake, a.cfg.cluster().coordinator());
+  std::printf("forge: sent %d of %d %s statuses (%s)\n", sent, count, flood ? "flooding" : "budget-spent",
+              delivery.c_str());
   return 0;
 }
 
