@@ -2,8 +2,13 @@
 // --set overrides; the shipped configs load.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
+
+#include "wire/atari.h"
 
 #include "wire/config.h"
 
@@ -167,4 +172,157 @@ TEST_CASE("config: --set overrides fields, and a bad override is refused", "[con
 
 TEST_CASE("config: a missing file is a clear error", "[config]") {
   CHECK_THAT(LoadError("/nonexistent/x.textproto"), Catch::Contains("cannot open config file"));
+}
+
+namespace {
+LoadedConfig LoadOk(const std::string& path, std::vector<std::string> sets = {}) {
+  LoadedConfig cfg;
+  std::string error;
+  const bool ok = LoadConfig(path, sets, &cfg, &error);
+  INFO(path << ": " << error);
+  REQUIRE(ok);
+  return cfg;
+}
+std::string Shipped(const std::string& name) {
+  return std::string(STAMPEDE_SOURCE_DIR) + "/configs/" + name + ".textproto";
+}
+}  // namespace
+
+TEST_CASE("atari preset: a game name gives ale-py's env with the standard protocol", "[config][atari]") {
+  const auto cfg = LoadOk(WriteTemp("atari_game", "env { atari { game: \"space_invaders\" } }\n")).config;
+  CHECK(cfg.env().gym_id() == "ALE/SpaceInvaders-v5");  // the table's spelling
+  REQUIRE(cfg.env().gym_module_size() == 1);
+  CHECK(cfg.env().gym_module(0) == "ale_py");
+  const auto& kw = cfg.env().kwargs();
+  // Machado et al. (2018): each value as ale-py's AtariVectorEnv takes it.
+  const std::map<std::string, std::string> protocol = {
+      {"frameskip", "4"}, {"maxpool", "true"}, {"img_height", "84"}, {"img_width", "84"}, {"grayscale", "true"},
+      {"stack_num", "4"}, {"repeat_action_probability", "0.25"}, {"full_action_space", "false"},
+      {"noop_max", "30"}, {"max_num_frames_per_episode", "108000"}, {"episodic_life", "false"},
+      {"reward_clipping", "false"}, {"autoreset_mode", "SameStep"}, {"num_threads", "1"}};
+  for (const auto& [k, v] : protocol) {
+    INFO(k);
+    REQUIRE(kw.count(k) == 1);
+    CHECK(kw.at(k) == v);
+  }
+  CHECK(kw.size() == protocol.size());
+  // The recipe: every field the config left unset.
+  CHECK(cfg.net().torso() == "shallow_cnn");
+  CHECK(cfg.net().center_frames());
+  CHECK(cfg.learner().reward_clip() == 1);
+  CHECK(cfg.learner().optimizer().kind() == "adam");
+}
+
+TEST_CASE("atari preset: the config's own fields, kwargs and --set win over the preset", "[config][atari]") {
+  const auto path = WriteTemp("atari_own", R"(env {
+  atari { game: "Pong" sticky_actions: 0 }
+  kwargs { key: "noop_max" value: "0" }
+}
+learner { entropy_cost: 0.02 batch_size: 4 }
+net { layers { conv { channels: 8 kernel: 8 stride: 4 } } layers { relu {} } layers { dense { units: 8 } } }
+)");
+  const auto cfg = LoadOk(path, {"env.atari.frame_skip=2", "learner.optimizer.learning_rate=0.001"}).config;
+  CHECK(cfg.env().kwargs().at("repeat_action_probability") == "0");
+  CHECK(cfg.env().kwargs().at("frameskip") == "2");
+  CHECK(cfg.env().kwargs().at("noop_max") == "0");
+  CHECK(cfg.learner().entropy_cost() == 0.02);
+  CHECK(cfg.learner().batch_size() == 4);
+  CHECK(cfg.learner().optimizer().learning_rate() == 0.001);
+  CHECK(cfg.learner().optimizer().kind() == "adam");  // the rest of the optimizer from the recipe
+  CHECK_FALSE(cfg.net().has_torso());                  // its own layers: no named torso added
+  // recipe: false keeps the library's defaults.
+  const auto bare = LoadOk(WriteTemp("atari_bare", "env { atari { game: \"Pong\" recipe: false } }\n")).config;
+  CHECK_FALSE(bare.learner().has_optimizer());
+  CHECK_FALSE(bare.net().has_torso());
+  CHECK(bare.env().kwargs().at("stack_num") == "4");
+}
+
+TEST_CASE("atari preset: errors name the field", "[config][atari]") {
+  CHECK_THAT(LoadError(WriteTemp("atari_empty", "env { atari { } }\n")), Catch::Contains("env.atari.game: empty"));
+  CHECK_THAT(LoadError(WriteTemp("atari_both", "env { gym_id: \"ALE/Pong-v5\" atari { game: \"Breakout\" } }\n")),
+             Catch::Contains("env.gym_id: \"ALE/Pong-v5\" beside atari.game \"Breakout\""));
+  CHECK_THAT(LoadError(WriteTemp("atari_sticky", "env { atari { game: \"Pong\" sticky_actions: 1 } }\n")),
+             Catch::Contains("env.atari.sticky_actions: out of range, expected [0, 1)"));
+  CHECK_THAT(LoadError(WriteTemp("atari_task", "tasks { env { atari { game: \"Pong\" frame_skip: 0 } } }\n")),
+             Catch::Contains("tasks[0].env.atari.frame_skip: out of range"));
+}
+
+TEST_CASE("atari preset: a written config loads to itself, and the printed one loads to the same run", "[config][atari]") {
+  for (const char* name : {"atari_pong", "atari_breakout", "atari5"}) {
+    INFO(name);
+    const auto first = LoadOk(Shipped(name)).config;
+    // RUN_DIR/config.textproto is the resolved config; loading it again changes nothing.
+    const auto again = LoadOk(WriteTemp("atari_again", stampede::ConfigToText(first))).config;
+    CHECK(stampede::ConfigToText(again) == stampede::ConfigToText(first));
+    // What `stampede config` prints is a config too, and prints the same once loaded.
+    const std::string printed = stampede::ResolvedConfigText(first);
+    const auto reloaded = LoadOk(WriteTemp("atari_printed", printed)).config;
+    CHECK(stampede::ResolvedConfigText(reloaded) == printed);
+  }
+}
+
+TEST_CASE("atari preset: Pong and Breakout get one recipe, and no shipped config lists ale-py kwargs", "[config][atari]") {
+  const auto pong = LoadOk(Shipped("atari_pong")).config, breakout = LoadOk(Shipped("atari_breakout")).config;
+  for (auto* section : {"learner", "net", "actors"}) {
+    INFO(section);
+    auto text = [&](const stampede::config::Config& c) {
+      stampede::config::Config only;
+      if (std::string(section) == "learner") *only.mutable_learner() = c.learner();
+      if (std::string(section) == "net") *only.mutable_net() = c.net();
+      if (std::string(section) == "actors") *only.mutable_actors() = c.actors();
+      return stampede::ResolvedConfigText(only);
+    };
+    CHECK(text(pong) == text(breakout));
+  }
+  CHECK(pong.env().kwargs().at("repeat_action_probability") == "0.25");
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(std::string(STAMPEDE_SOURCE_DIR) + "/configs")) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    INFO(entry.path());
+    CHECK(text.find("\"repeat_action_probability\"") == std::string::npos);
+    CHECK(text.find("\"stack_num\"") == std::string::npos);
+  }
+}
+
+TEST_CASE("atari table: the 57 games with DQN Zoo's scores, and the Atari-5 estimate", "[config][atari]") {
+  namespace atari = stampede::atari;
+  CHECK(atari::Atari57().size() == 57);
+  const atari::GameScores* breakout = atari::FindGame("breakout");
+  REQUIRE(breakout != nullptr);
+  CHECK(breakout->random == 1.7);
+  CHECK(breakout->human == 30.5);
+  CHECK(atari::FindGame("Name_This_Game") == atari::FindGame("NameThisGame"));
+  CHECK(atari::FindGame("Tetris") == nullptr);  // an ALE game outside the 57
+  CHECK(atari::HumanNormalisedPercent(*breakout, 30.5) == Approx(100));
+  CHECK(atari::HumanNormalisedPercent(*breakout, 1.7) == Approx(0));
+  for (const auto& g : atari::kAtari5) CHECK(atari::FindGame(g.game) != nullptr);
+  // No intercept: every game at 0% (or below, clipped) gives 0.
+  CHECK(atari::Atari5MedianPercent({0, -50, 0, 0, -10}) == Approx(0).margin(1e-12));
+  // BattleZone and NameThisGame at 100%, the rest at 0: (1 + 100)^(w1 + w3) - 1.
+  CHECK(atari::Atari5MedianPercent({100, 0, 100, 0, 0}) == Approx(std::pow(101.0, 0.38198 + 0.31080) - 1));
+  // All five at x: (1 + x)^(sum of weights) - 1, the weights summing to 0.96531.
+  CHECK(atari::Atari5MedianPercent({50, 50, 50, 50, 50}) == Approx(std::pow(51.0, 0.96531) - 1));
+}
+
+TEST_CASE("atari suite: tasks are named by their games and normalised by the table", "[config][atari]") {
+  const auto cfg = LoadOk(Shipped("atari5")).config;
+  REQUIRE(cfg.tasks_size() == 5);
+  const char* games[] = {"BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"};
+  for (int t = 0; t < 5; ++t) {
+    INFO(games[t]);
+    CHECK(cfg.tasks(t).name() == games[t]);
+    CHECK(cfg.tasks(t).env().gym_id() == "ALE/" + std::string(games[t]) + "-v5");
+    const auto* g = stampede::atari::FindGame(games[t]);
+    CHECK(cfg.tasks(t).random_score() == g->random);
+    CHECK(cfg.tasks(t).reference_score() == g->human);
+  }
+  CHECK(cfg.learner().popart());
+  CHECK(cfg.learner().reward_clip() == 0);
+  CHECK(cfg.learner().optimizer().kind() == "adam");
+  // A task's own scores are kept.
+  const auto own = LoadOk(WriteTemp("atari_own_scores",
+                                    "tasks { env { atari { game: \"Pong\" } } random_score: -21 reference_score: 21 }\n"))
+                       .config;
+  CHECK(own.tasks(0).reference_score() == 21);
 }

@@ -389,6 +389,62 @@ tasks { name: "d" env { name: "Catch" } random_score: 5 }
   CHECK_FALSE(r.finished);
 }
 
+TEST_CASE("report: an Atari-5 suite's report gives the estimate of the Atari-57 median", "[suite][report][atari]") {
+  const std::string dir = TempDir("report_atari5");
+  // As `stampede run` writes it: each task's env resolved, its scores from the table.
+  std::ofstream(dir + "/config.textproto") << R"(
+tasks { name: "BattleZone" env { gym_id: "ALE/BattleZone-v5" atari { game: "BattleZone" } } random_score: 2360 reference_score: 37187.5 }
+tasks { name: "DoubleDunk" env { gym_id: "ALE/DoubleDunk-v5" atari { game: "DoubleDunk" } } random_score: -18.6 reference_score: -16.4 }
+tasks { name: "NameThisGame" env { gym_id: "ALE/NameThisGame-v5" atari { game: "NameThisGame" } } random_score: 2292.3 reference_score: 8049 }
+tasks { name: "Phoenix" env { gym_id: "ALE/Phoenix-v5" atari { game: "Phoenix" } } random_score: 761.4 reference_score: 7242.6 }
+tasks { name: "Qbert" env { gym_id: "ALE/Qbert-v5" atari { game: "Qbert" } } random_score: 163.9 reference_score: 13455 }
+)";
+  // Final scores: BattleZone at human (100%), DoubleDunk below random (clipped to 0),
+  // NameThisGame halfway (50%), Phoenix at random (0%), Qbert at human (100%).
+  const std::map<std::string, double> finals = {
+      {"BattleZone", 37187.5}, {"DoubleDunk", -20}, {"NameThisGame", 2292.3 + 0.5 * (8049 - 2292.3)},
+      {"Phoenix", 761.4}, {"Qbert", 13455}};
+  nlohmann::json t;
+  for (const auto& [name, score] : finals) {
+    t[name] = {{"mean_return_100", score}, {"returns_counted", 100}, {"env_frames", 5000000}, {"episodes", 500}};
+  }
+  std::ofstream(dir + "/metrics.jsonl") << nlohmann::json{{"env_frames", 25000000}, {"elapsed_s", 3000}, {"tasks", t}}.dump()
+                                        << "\n";
+  tools::RunReport r;
+  std::string error;
+  INFO(error);
+  REQUIRE(tools::ComputeReport(dir, &r, &error));
+  // 10^(0.38198 log10(101) + 0.31080 log10(51) + 0.08049 log10(101)) - 1, written as powers.
+  const double expected = std::pow(101.0, 0.38198 + 0.08049) * std::pow(51.0, 0.31080) - 1;
+  CHECK(r.atari5_median_percent == Approx(expected));
+  CHECK(std::isnan(r.eval_atari5_median_percent));  // no evaluation round
+  REQUIRE(tools::WriteReport(dir, r, &error));
+  std::ifstream md(dir + "/report.md");
+  const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  CHECK_THAT(text, Catch::Contains("Atari-5 estimate") && Catch::Contains("40% median"));
+  // Four of the five: no estimate.
+  std::ofstream(dir + "/config.textproto") << R"(
+tasks { name: "BattleZone" env { gym_id: "ALE/BattleZone-v5" } random_score: 2360 reference_score: 37187.5 }
+tasks { name: "Qbert" env { gym_id: "ALE/Qbert-v5" } random_score: 163.9 reference_score: 13455 }
+)";
+  REQUIRE(tools::ComputeReport(dir, &r, &error));
+  CHECK(std::isnan(r.atari5_median_percent));
+}
+
+TEST_CASE("report: one Atari game run alone is human-normalised by the table", "[suite][report][atari]") {
+  const std::string dir = TempDir("report_breakout");
+  std::ofstream(dir + "/config.textproto") << "env { gym_id: \"ALE/Breakout-v5\" }\n";
+  nlohmann::json t;
+  t["ALE/Breakout-v5"] = {{"mean_return_100", 30.5}, {"returns_counted", 100}, {"env_frames", 1000}, {"episodes", 200}};
+  std::ofstream(dir + "/metrics.jsonl") << nlohmann::json{{"env_frames", 1000}, {"elapsed_s", 1}, {"tasks", t}}.dump() << "\n";
+  tools::RunReport r;
+  std::string error;
+  INFO(error);
+  REQUIRE(tools::ComputeReport(dir, &r, &error));
+  REQUIRE(r.tasks.size() == 1);
+  CHECK(r.tasks[0].normalised == Approx(1.0));
+}
+
 TEST_CASE("tensorboard: CRC32C matches its check value and the files parse with tensorboard's reader", "[suite][tensorboard]") {
   CHECK(wire::Crc32c("123456789", 9) == 0xE3069283u);  // the standard check value
   const std::string dir = TempDir("tb");

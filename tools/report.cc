@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <tuple>
 
 #include "envs/python_env.h"
+#include "wire/atari.h"
 #include "wire/config.h"
 #include "wire/durable_file.h"
 #include "wire/tasks.h"
@@ -26,6 +28,35 @@ std::string Num(double v, int digits = 4) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*g", digits + 2, v);
   return buf;
+}
+// The Atari-57 game an env runs (env.atari.game, or an "ALE/<game>-v5" gym id); nullptr
+// for any other env.
+const atari::GameScores* AtariGameOf(const config::EnvConfig& env) {
+  if (env.has_atari()) return atari::FindGame(env.atari().game());
+  const std::string& id = env.gym_id();
+  if (id.rfind("ALE/", 0) == 0 && id.size() > 7 && id.compare(id.size() - 3, 3, "-v5") == 0) {
+    return atari::FindGame(id.substr(4, id.size() - 7));
+  }
+  return nullptr;
+}
+
+// The Atari-5 estimate (percent) from the tasks that run the five games, each scored by
+// the table's random and human scores; NaN where one of the five is missing or unscored.
+double Atari5Estimate(const config::Config& cfg, const std::vector<TaskReport>& tasks, bool eval) {
+  std::array<double, 5> hns;
+  for (size_t i = 0; i < atari::kAtari5.size(); ++i) {
+    const atari::GameScores* want = atari::FindGame(atari::kAtari5[i].game);
+    bool found = false;
+    for (int t = 0; t < cfg.tasks_size() && !found; ++t) {
+      if (AtariGameOf(cfg.tasks(t).env()) != want) continue;
+      const TaskReport& tr = tasks[size_t(t)];
+      if (eval ? tr.eval_episodes <= 0 : !tr.scored) return std::nan("");
+      hns[i] = atari::HumanNormalisedPercent(*want, eval ? tr.eval_score : tr.final_score);
+      found = true;
+    }
+    if (!found) return std::nan("");
+  }
+  return atari::Atari5MedianPercent(hns);
 }
 }  // namespace
 
@@ -57,6 +88,11 @@ bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* erro
       tr.random_score = cfg.tasks(t).random_score();
       tr.reference_score = cfg.tasks(t).reference_score();
       tr.has_reference = cfg.tasks(t).has_reference_score();
+    } else if (const atari::GameScores* g = AtariGameOf(cfg.env())) {
+      // One Atari game run alone: normalised by the same table as a suite's.
+      tr.random_score = g->random;
+      tr.reference_score = g->human;
+      tr.has_reference = true;
     }
   }
   std::string line;
@@ -113,6 +149,8 @@ bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* erro
     tr.eval_normalised = tr.eval_episodes > 0 ? wire::NormalisedScore(task, tr.eval_score) : std::nan("");
     if (!std::isnan(tr.eval_normalised)) eval_normalised.push_back(tr.eval_normalised);
   }
+  r.atari5_median_percent = Atari5Estimate(cfg, r.tasks, /*eval=*/false);
+  r.eval_atari5_median_percent = Atari5Estimate(cfg, r.tasks, /*eval=*/true);
   std::tie(r.mean_normalised, r.median_normalised) = wire::MeanAndMedian(std::move(normalised));
   std::tie(r.eval_mean_normalised, r.eval_median_normalised) = wire::MeanAndMedian(std::move(eval_normalised));
   r.frames_per_s = r.elapsed_s > 0 ? double(r.env_frames) / r.elapsed_s : 0;
@@ -135,6 +173,11 @@ bool WriteReport(const std::string& run_dir, const RunReport& r, std::string* er
   }
   csv << "(mean),,,,,,," << Num(r.mean_normalised) << ",,," << Num(r.eval_mean_normalised) << "\n";
   csv << "(median),,,,,,," << Num(r.median_normalised) << ",,," << Num(r.eval_median_normalised) << "\n";
+  if (!std::isnan(r.atari5_median_percent)) {
+    // In the normalised columns' units (a fraction), as the mean and median rows.
+    csv << "(atari5 median estimate),,,,,,," << Num(r.atari5_median_percent / 100) << ",,,"
+        << Num(r.eval_atari5_median_percent / 100) << "\n";
+  }
   std::ostringstream md;
   md << "# Suite report: " << std::filesystem::path(run_dir).filename().string() << "\n\n";
   char buf[256];
@@ -154,6 +197,16 @@ bool WriteReport(const std::string& run_dir, const RunReport& r, std::string* er
   if (!std::isnan(r.mean_normalised)) {
     md << "\nNormalised score, (score - random) / (reference - random): **mean " << Num(r.mean_normalised, 3)
        << "**, **median " << Num(r.median_normalised, 3) << "**.\n";
+  }
+  if (!std::isnan(r.atari5_median_percent)) {
+    md << "\nAtari-5 estimate of the Atari-57 median human-normalised score (Aitchison, Sweetser and Hutter "
+          "2023: 10^(sum w_i log10(1 + max(0, HNS_i %))) - 1 over BattleZone, DoubleDunk, NameThisGame, Phoenix "
+          "and Qbert; fitted on agents above a 40% median, so below that it is an extrapolation): **"
+       << Num(r.atari5_median_percent, 3) << "%**"
+       << (std::isnan(r.eval_atari5_median_percent)
+               ? std::string()
+               : "; from the last evaluation round: **" + Num(r.eval_atari5_median_percent, 3) + "%**")
+       << ".\n";
   }
   if (r.evaluated) {
     md << "\n## Evaluation (the last round, config `evaluation`)\n\n";

@@ -32,6 +32,10 @@ struct RunReport {
   double mean_normalised = 0, median_normalised = 0;  // NaN when no task is normalised
   double eval_mean_normalised = 0, eval_median_normalised = 0;  // the last evaluation's; NaN: none
   bool evaluated = false;  // an evaluation round is in metrics.jsonl
+  // The Atari-5 estimate of the Atari-57 median human-normalised score, in percent, from
+  // the final (and the last evaluation's) scores, where the run's tasks include the five
+  // Atari-5 games (wire/atari.h); NaN otherwise.
+  double atari5_median_percent = 0, eval_atari5_median_percent = 0;
   double elapsed_s = 0;
   long long env_frames = 0;
   double frames_per_s = 0;  // over the run

@@ -157,6 +157,11 @@ int main(int argc, char** argv) {
   auto* spec = app.add_subcommand("spec", "Print the env's resolved spec (what `run` writes into the config)");
   spec->add_option("config", config_path, "Config file (protobuf text format)")->required();
 
+  auto* show_config = app.add_subcommand(
+      "config", "Print the whole config as the run takes it: presets (env.atari: the Atari protocol and recipe) "
+                "applied and every field written out, its default where the config leaves it unset");
+  show_config->add_option("config", config_path, "Config file (protobuf text format)")->required();
+
   auto* keys = app.add_subcommand(
       "keys", "Make the CURVE keys of every process the config implies, for roles started by hand "
               "(set cluster.keys_dir to the directory on every host)");
@@ -245,7 +250,7 @@ int main(int argc, char** argv) {
   k8s->add_option("--storage", k8s_opt.storage, "Size of the run directory's ReadWriteMany claim")->default_val("10Gi");
   k8s->add_option("--storage-class", k8s_opt.storage_class, "Storage class of that claim (default: the cluster's)");
   k8s->add_option("--keys-dir", k8s_opt.keys_dir, "Use these CURVE keys (stampede keys) instead of fresh ones");
-  for (auto* sub : {run, coordinator, suite, ps_plan, spec, keys, roles[0], roles[1], roles[2], bench, sweep, slurm, k8s}) {
+  for (auto* sub : {run, coordinator, suite, ps_plan, spec, show_config, keys, roles[0], roles[1], roles[2], bench, sweep, slurm, k8s}) {
     // One value per --set, so `--set a=1 CONFIG` leaves CONFIG to the positional.
     sub->add_option("--set", sets, "Override a config field: path=value (repeatable)")
         ->allow_extra_args(false);
@@ -355,6 +360,13 @@ int main(int argc, char** argv) {
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
     return stampede::coordinator::RunSpecCommand(loaded.config);
+  }
+  if (show_config->parsed()) {
+    stampede::LoadedConfig loaded;
+    if (!Load(config_path, sets, &loaded)) return 2;
+    std::printf("# %s as the run takes it (stampede config)\n%s", config_path.c_str(),
+                stampede::ResolvedConfigText(loaded.config).c_str());
+    return 0;
   }
   if (keys->parsed()) {
     stampede::LoadedConfig loaded;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "wire/atari.h"
 #include "wire/config_detail.h"
 
 namespace stampede {
@@ -297,6 +298,11 @@ bool LoadConfig(const std::string& path, const std::vector<std::string>& overrid
     if (!ApplyOverride(o, &out->config, error, &p)) return false;
     out->overridden_.insert(p);
   }
+  // Presets after the overrides, so that --set can change what a preset is given.
+  if (!base::ReportTo(atari::ApplyPresets(&out->config), error)) {
+    *error = path + ": " + *error;
+    return false;
+  }
   return ValidateConfig(*out, error);
 }
 
@@ -337,6 +343,64 @@ std::string ConfigToText(const config::Config& cfg) {
   pb::TextFormat::Printer printer;
   printer.PrintToString(cfg, &out);
   return out;
+}
+
+namespace {
+// Every unset scalar field of `m` set to its default, into its set submessages and each
+// element of its repeated ones; a member of a oneof stays as it is (setting it would pick
+// the member). Absent submessages are made only where their presence means nothing.
+void FillDefaults(pb::Message* m) {
+  const pb::Descriptor* d = m->GetDescriptor();
+  const pb::Reflection* r = m->GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    if (f->containing_oneof() != nullptr) continue;
+    if (f->is_repeated()) {
+      if (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE || f->is_map()) continue;
+      for (int k = 0; k < r->FieldSize(*m, f); ++k) FillDefaults(r->MutableRepeatedMessage(m, f, k));
+      continue;
+    }
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      // env.atari and env.resolved_spec mean something by being there.
+      const bool made_freely = f->message_type() != config::AtariConfig::descriptor() &&
+                               f->message_type() != config::EnvSpec::descriptor();
+      if (r->HasField(*m, f) || made_freely) FillDefaults(r->MutableMessage(m, f));
+      continue;
+    }
+    if (r->HasField(*m, f)) continue;
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_INT32: r->SetInt32(m, f, f->default_value_int32()); break;
+      case pb::FieldDescriptor::CPPTYPE_INT64: r->SetInt64(m, f, f->default_value_int64()); break;
+      case pb::FieldDescriptor::CPPTYPE_UINT32: r->SetUInt32(m, f, f->default_value_uint32()); break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64: r->SetUInt64(m, f, f->default_value_uint64()); break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE: r->SetDouble(m, f, f->default_value_double()); break;
+      case pb::FieldDescriptor::CPPTYPE_FLOAT: r->SetFloat(m, f, f->default_value_float()); break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL: r->SetBool(m, f, f->default_value_bool()); break;
+      case pb::FieldDescriptor::CPPTYPE_ENUM: r->SetEnum(m, f, f->default_value_enum()); break;
+      case pb::FieldDescriptor::CPPTYPE_STRING: r->SetString(m, f, f->default_value_string()); break;
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE: break;
+    }
+  }
+}
+}  // namespace
+
+std::string ResolvedConfigText(const config::Config& cfg) {
+  config::Config c = cfg;
+  // The fields whose meaning when unset is not their default, as the run takes them.
+  c.mutable_learner()->set_popart(PopArtOn(cfg));
+  if (!c.net().has_policy_init_scale()) {
+    c.mutable_net()->set_policy_init_scale(c.net().init() == "torch" ? 1.0 : 0.01);
+  }
+  config::OptimizerConfig* oc = c.mutable_learner()->mutable_optimizer();
+  if (oc->kind() == "adam" && !oc->has_epsilon()) oc->set_epsilon(1e-8);
+  FillDefaults(&c);
+  // A suite's env holds only the joint spec that `stampede run` resolves.
+  if (c.tasks_size() > 0 && !cfg.has_env()) c.clear_env();
+  // A task without a reference score is not normalised: left out, as in the config.
+  for (int t = 0; t < c.tasks_size(); ++t) {
+    if (!cfg.tasks(t).has_reference_score()) c.mutable_tasks(t)->clear_reference_score();
+  }
+  return ConfigToText(c);
 }
 
 bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out, std::string* error) {

@@ -57,6 +57,12 @@ class LoadedConfig {
 // The config as protobuf text (what `stampede run` writes to RUN_DIR/config.textproto).
 std::string ConfigToText(const config::Config& cfg);
 
+// The config as the run takes it, every field written out: presets (env.atari) applied by
+// LoadConfig already, each unset field at its default, and the fields whose unset meaning
+// is not their default (learner.popart, net.policy_init_scale, Adam's epsilon) as the run
+// resolves them (`stampede config`).
+std::string ResolvedConfigText(const config::Config& cfg);
+
 // The trajectory shape from the config's resolved env spec (env.resolved_spec, which
 // `stampede run` fills in). False with an error that says how to get one when the
 // config has none, or when the spec's action space has no network head yet.
