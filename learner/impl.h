@@ -140,6 +140,10 @@ struct Learner::Impl {
   int num_tasks = 1;
   std::vector<int> action_limits;  // per task
   std::optional<PopArtSlots> popart;
+  // PopArt: each task's statistics updates since this learner started, and whether its
+  // statistics started fresh (PopArtStepSize); set on the first update.
+  std::vector<int64_t> popart_updates;
+  std::vector<uint8_t> popart_fresh;
 
   // The figures the receiver and trainer threads write and FillStatus reads.
   base::Mutex mu;

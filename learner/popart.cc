@@ -18,7 +18,7 @@ PopArtSlots PopArtSlotsOf(const net::ParamLayout& layout) {
 }
 
 void PopArtUpdate(const PopArtSlots& slots, float* params, int task, double target_mean,
-                  double target_square_mean, double beta) {
+                  double target_square_mean, double beta, bool preserve_outputs) {
   const int V = slots.num_values;
   float& mean = params[slots.stats + task];
   float& scale = params[slots.stats + V + task];
@@ -28,14 +28,20 @@ void PopArtUpdate(const PopArtSlots& slots, float* params, int task, double targ
   const double second = (1 - beta) * (old_scale * old_scale + old_mean * old_mean) + beta * target_square_mean;
   const double new_scale = float(
       std::clamp(std::sqrt(std::max(0.0, second - new_mean * new_mean)), kPopArtMinScale, kPopArtMaxScale));
-  for (int f = 0; f < slots.feature; ++f) {
-    float& w = params[slots.w + int64_t(f) * V + task];
-    w = float(double(w) * old_scale / new_scale);
+  if (preserve_outputs) {
+    for (int f = 0; f < slots.feature; ++f) {
+      float& w = params[slots.w + int64_t(f) * V + task];
+      w = float(double(w) * old_scale / new_scale);
+    }
+    float& b = params[slots.b + task];
+    b = float((old_scale * double(b) + old_mean - new_mean) / new_scale);
   }
-  float& b = params[slots.b + task];
-  b = float((old_scale * double(b) + old_mean - new_mean) / new_scale);
   mean = float(new_mean);
   scale = float(new_scale);
+}
+
+double PopArtStepSize(double beta, int64_t updates, bool fresh) {
+  return fresh ? std::max(beta, 1.0 / double(updates + 1)) : beta;
 }
 
 }  // namespace stampede::learner

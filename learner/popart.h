@@ -26,8 +26,17 @@ using net::kPopArtMinScale;
 // One update of task k from a batch of its targets (their mean and mean square):
 // mean' = (1 - beta) mean + beta m1, second' = (1 - beta)(scale^2 + mean^2) + beta m2,
 // scale' = sqrt(second' - mean'^2) clipped to [kPopArtMinScale, kPopArtMaxScale];
-// then w[:, k] *= scale / scale', b[k] = (scale b[k] + mean - mean') / scale'.
+// then w[:, k] *= scale / scale', b[k] = (scale b[k] + mean - mean') / scale'. Without
+// `preserve_outputs` the head is left as it is, so its outputs move with the statistics
+// (a fresh head's first update: its values start at the targets' mean).
 void PopArtUpdate(const PopArtSlots& slots, float* params, int task, double target_mean,
-                  double target_square_mean, double beta);
+                  double target_square_mean, double beta, bool preserve_outputs = true);
+
+// The step size of a task's update number `updates` (0 for its first) since the learner
+// started: on statistics that start fresh (mean 0, scale 1, never updated) the running
+// averages are first plain means of every batch so far, max(beta, 1 / (updates + 1)), so
+// the first batch sets them and a slow beta does not leave them near their start for
+// thousands of steps; on statistics that were restored, beta.
+double PopArtStepSize(double beta, int64_t updates, bool fresh);
 
 }  // namespace stampede::learner

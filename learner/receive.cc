@@ -256,10 +256,24 @@ void Learner::Impl::UpdatePopArt(const Batch& batch, const Targets<float>& targe
       ++count[size_t(k)];
     }
   }
+  popart_updates.resize(size_t(num_tasks), 0);
+  if (popart_fresh.empty()) {
+    // Statistics at their initial values (mean 0, scale 1) start fresh; restored ones do not.
+    for (int k = 0; k < num_tasks; ++k) {
+      popart_fresh.push_back(params[size_t(popart->stats + k)] == 0.f &&
+                             params[size_t(popart->stats + popart->num_values + k)] == 1.f);
+    }
+  }
   for (int k = 0; k < num_tasks; ++k) {
     if (count[size_t(k)] == 0) continue;
     const double n = double(count[size_t(k)]);
-    PopArtUpdate(*popart, params.data(), k, sum[size_t(k)] / n, square[size_t(k)] / n, cfg.learner().popart_beta());
+    const int64_t t = popart_updates[size_t(k)]++;
+    const bool fresh = popart_fresh[size_t(k)];
+    // A fresh value head has no outputs worth keeping: its first update lets its values
+    // start at the targets' mean, so the first advantages are not the whole return (which
+    // made RMSProp's first steps throw the policy to one action: README, "Library defaults").
+    PopArtUpdate(*popart, params.data(), k, sum[size_t(k)] / n, square[size_t(k)] / n,
+                 PopArtStepSize(cfg.learner().popart_beta(), t, fresh), /*preserve_outputs=*/!(fresh && t == 0));
   }
   SharePopArtStats();
 }

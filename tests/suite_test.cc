@@ -323,6 +323,36 @@ TEST_CASE("popart: statistics follow the target stream and the head keeps its ou
   CHECK(params[slots.stats + 3] < 1);
 }
 
+TEST_CASE("popart: fresh statistics start from the first batches, and a fresh head's values at their mean", "[suite][popart]") {
+  // The step size: plain means of the batches so far while they are fresh, then beta.
+  CHECK(learner::PopArtStepSize(3e-4, 0, true) == 1.0);
+  CHECK(learner::PopArtStepSize(3e-4, 9, true) == Approx(0.1));
+  CHECK(learner::PopArtStepSize(3e-4, 1000000, true) == 3e-4);
+  CHECK(learner::PopArtStepSize(3e-4, 0, false) == 3e-4);  // restored statistics: beta from the start
+  net::ModelSpec spec;
+  spec.obs_shape = {5};
+  spec.hidden_sizes = {8};
+  spec.policy = net::CategoricalPolicy(3);
+  spec.popart = true;
+  spec.num_values = 1;
+  auto net = net::MakeCpuModel<float>(spec);
+  std::vector<float> params(net->layout().total_size());
+  net::InitParams(spec, 11, params);
+  const auto slots = learner::PopArtSlotsOf(net->layout());
+  std::vector<float> obs(3 * 5, 0.5f), values(3);
+  net->Step(params.data(), obs.data(), 3, nullptr, nullptr, nullptr, nullptr, values.data());
+  const std::vector<float> head_before(params.begin() + slots.w, params.begin() + slots.w + slots.feature);
+  // Returns near -100 with spread 5: mean -100, second moment 100^2 + 5^2.
+  learner::PopArtUpdate(slots, params.data(), 0, -100.0, 100.0 * 100.0 + 25.0, 1.0, /*preserve_outputs=*/false);
+  CHECK(params[slots.stats] == Approx(-100));
+  CHECK(params[slots.stats + 1] == Approx(5).epsilon(1e-4));
+  // The head is as it was: each value is now 5 n(x) - 100, near the targets' mean.
+  CHECK(std::equal(head_before.begin(), head_before.end(), params.begin() + slots.w));
+  std::vector<float> after(3);
+  net->Step(params.data(), obs.data(), 3, nullptr, nullptr, nullptr, nullptr, after.data());
+  for (int r = 0; r < 3; ++r) CHECK(5.0 * after[r] - 100.0 == Approx(5.0 * values[r] - 100.0));
+}
+
 TEST_CASE("report: report.csv has the hand-computed normalised mean and median", "[suite][report]") {
   const std::string dir = TempDir("report");
   std::ofstream(dir + "/config.textproto") << R"(
