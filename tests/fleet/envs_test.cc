@@ -330,6 +330,36 @@ TEST_CASE("fleet: the Atari learnability probe (Pong pixels, paddle level with t
   CheckNoneLeft(Spawned(Metrics(run_dir)));
 }
 
+TEST_CASE("fleet: the Atari-5 suite runs from game names alone and its report gives the Atari-5 estimate", "[fleet][python][atari]") {
+  // configs/atari5.textproto names five games and nothing else per task: each task's env,
+  // name and scores come from the preset and the built-in table.
+  RequireVenv("gymnasium, ale_py");
+  const std::string run_dir = FreshRunDir("atari5");
+  Proc p = Start({"suite", "configs/atari5.textproto", "--run-dir", run_dir, "--set", "stop.total_env_frames=150000",
+                  "--set", "learner.replay.capacity=100"},
+                 run_dir + ".out");
+  const int code = Wait(p, std::chrono::seconds(300));
+  const std::string out = Slurp(p.output_path);
+  INFO(out);
+  REQUIRE((code == 0 || (code == 1 && out.find("no curves") != std::string::npos)));
+  const json summary = json::parse(Slurp(run_dir + "/summary.json"));
+  INFO(summary.dump(2));
+  for (const char* game : {"BattleZone", "DoubleDunk", "NameThisGame", "Phoenix", "Qbert"}) {
+    INFO(game);
+    CHECK(summary["tasks"][game]["env_frames"].get<long long>() > 0);
+  }
+  // Each game's row carries the table's random and human scores (report.csv's columns 6
+  // and 7); the estimate itself is checked against a hand computation in suite_test.cc.
+  const std::string csv = Slurp(run_dir + "/report.csv");
+  for (const char* row : {"BattleZone,", "DoubleDunk,", "NameThisGame,", "Phoenix,", "Qbert,"}) {
+    CHECK_THAT(csv, Catch::Contains(row));
+  }
+  CHECK_THAT(csv, Catch::Contains(",2360,37187.5,") && Catch::Contains(",-18.6,-16.4,") &&
+                      Catch::Contains(",2292.3,8049,") && Catch::Contains(",761.4,7242.6,") &&
+                      Catch::Contains(",163.9,13455,"));
+  CheckNoneLeft(Spawned(Metrics(run_dir)));
+}
+
 TEST_CASE("fleet: Atari Pong runs for 200k frames and every process is gone afterwards", "[fleet][python]") {
   RequireVenv("gymnasium, ale_py");
   const std::string run_dir = FreshRunDir("pong");

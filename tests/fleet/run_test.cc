@@ -341,7 +341,7 @@ TEST_CASE("fleet: `stampede help` lists the subcommands, and an unknown one says
   Proc help = Start({"help"}, dir + ".help.out");
   CHECK(Wait(help, std::chrono::seconds(10)) == 0);
   const std::string listed = Slurp(dir + ".help.out");
-  for (const char* sub : {"run", "suite", "report", "eval", "export", "ps-plan", "spec", "keys", "scale", "actor", "learner", "ps", "bench"}) {
+  for (const char* sub : {"run", "suite", "report", "eval", "export", "ps-plan", "spec", "config", "keys", "scale", "actor", "learner", "ps", "bench"}) {
     CHECK_THAT(listed, Catch::Contains(std::string("  ") + sub + " "));
   }
   // ps-plan: the CartPole MLP's 64x64 weight alone on one shard, the rest on the other.
