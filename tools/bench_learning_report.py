@@ -14,7 +14,6 @@ MINATAR = {  # game: (DQN, AC(lambda))
     "seaquest": (20, 15), "space_invaders": (43, 185)}
 CLEANRL_CARTPOLE_FRAMES = 270000   # CleanRL PPO: frames to 475
 CLEANRL_ACROBOT = -85  # CleanRL PPO (and A2C): about -85 at 0.5M frames
-CLEANRL_PONG = [(13e6, 18.0), (40e6, 20.4)]  # CleanRL PPO: score at frames
 
 
 def runs(sweep):
@@ -104,26 +103,36 @@ if rows:
               f"CleanRL PPO: about {CLEANRL_ACROBOT} at 0.5M."]
     for r in rows:
         curves.append(("acrobot", "shipped", curve(r["run_dir"]), [CLEANRL_ACROBOT]))
-rows = runs("pong")
-if rows:
-    lines += ["", "## Atari Pong", "",
-              "| seed | final | best | frames | frames to 18 | seconds to 18 | frames/s |", "|---|---|---|---|---|---|---|"]
+# Atari, the standard protocol (sticky actions 0.25, full episodes): each development
+# game's threshold, its published anchor and the frames that anchor counts.
+ATARI = {  # game: (threshold, random, human, anchor)
+    "Pong": (18, -20.7, 14.6, "CleanRL PPO about 18 at 13M frames (NoFrameskip-v4: no sticky actions)"),
+    "Breakout": (40, 1.7, 30.5, "PPO 275-430 at 40M frames (10M agent steps)"),
+    "SpaceInvaders": (500, 148.0, 1668.7, ""),
+    "Seaquest": (None, 68.4, 42054.7, ""),
+}
+for game, (target, rnd, human, anchor) in ATARI.items():
+    rows = runs(f"atari-{game}")
+    if not rows:
+        continue
+    lines += ["", f"## Atari {game} (preset and recipe, sticky actions 0.25)", "",
+              f"| seed | final | HNS % | best | frames | frames to {target} | minutes to {target} | frames/s |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        ftt, sec = r["summary"].get("frames_to_target", -1), r["summary"].get("seconds_to_target", -1)
-        lines.append(f"| {r.get('seed', '')} | {r['final_return_100']} | {r['best_return_100']} | {r['env_frames']} | "
-                     f"{ftt if ftt and ftt > 0 else 'not reached'} | {f'{sec:.0f}' if ftt and ftt > 0 else '-'} | "
-                     f"{r.get('frames_per_s', '')} |")
-        curves.append(("pong", "shipped", curve(r["run_dir"]), [s for _, s in CLEANRL_PONG]))
-    frames, reached = reached_target(rows)
-    lines += ["", f"Frames to 18: {frames}, reached in {reached} of {len(rows)} seeds. IMPALA's peers pass 0 at "
-              "about 8-12M frames (TorchBeast run with IMPALA's settings, Cleanba); CleanRL PPO: "
-              + ", ".join(f"{s} at {f / 1e6:.0f}M" for f, s in CLEANRL_PONG) + "."]
-rows = runs("breakout")
-if rows:
-    r = rows[0]
-    lines += ["", "## Atari Breakout", "",
-              f"Final {r['final_return_100']}, best {r['best_return_100']} at {r['env_frames']} frames."]
-    curves.append(("breakout", "shipped", curve(r["run_dir"]), []))
+        s_ = r["summary"]
+        ftt, sec = s_.get("frames_to_target", -1), s_.get("seconds_to_target", -1)
+        final = num(r["final_return_100"])
+        hns = f"{100 * (final - rnd) / (human - rnd):.1f}" if final is not None else "-"
+        reached = target is not None and ftt and ftt > 0
+        lines.append(f"| {r.get('seed', '')} | {r['final_return_100']} | {hns} | {r['best_return_100']} | "
+                     f"{r['env_frames']} | {ftt if reached else ('not reached' if target else '-')} | "
+                     f"{f'{sec / 60:.0f}' if reached else '-'} | {r.get('frames_per_s', '')} |")
+        curves.append((f"atari {game}", "recipe", curve(r["run_dir"]), [target] if target else []))
+    if target is not None:
+        frames, reached = reached_target(rows)
+        lines += ["", f"Frames to {target}: {frames}, reached in {reached} of {len(rows)} seeds."]
+    if anchor:
+        lines += ["", f"Anchor: {anchor}."]
 for env, target in (("acrobot", -120), ("cartpole", 475)):
     rows = runs(f"defaults-{env}")
     if not rows:
