@@ -394,6 +394,12 @@ std::string ResolvedConfigText(const config::Config& cfg) {
   config::OptimizerConfig* oc = c.mutable_learner()->mutable_optimizer();
   if (oc->kind() == "adam" && !oc->has_epsilon()) oc->set_epsilon(1e-8);
   FillDefaults(&c);
+  // A gymnasium env has no use for the built-in env's name (CartPole-v1 by default).
+  auto unnamed = [](const config::EnvConfig& given, config::EnvConfig* env) {
+    if (!given.gym_id().empty() && !given.has_name()) env->clear_name();
+  };
+  unnamed(cfg.env(), c.mutable_env());
+  for (int t = 0; t < c.tasks_size(); ++t) unnamed(cfg.tasks(t).env(), c.mutable_tasks(t)->mutable_env());
   // A suite's env holds only the joint spec that `stampede run` resolves.
   if (c.tasks_size() > 0 && !cfg.has_env()) c.clear_env();
   // A task without a reference score is not normalised: left out, as in the config.
