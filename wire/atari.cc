@@ -91,7 +91,7 @@ learner {
   queue_capacity: 16
   discount: 0.99
   baseline_cost: 0.5
-  entropy_cost: 0.0006
+  entropy_cost: 0.01
   max_grad_norm: 40
   reward_clip: 1
   optimizer { kind: "adam" learning_rate: 0.0006 schedule_frames: 200000000 }
