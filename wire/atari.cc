@@ -254,8 +254,8 @@ base::Status ApplyPresets(config::Config* cfg) {
     if (base::Status s = ExpandEnv(task->mutable_env(), path); !s.ok()) return s;
     any = true;
     recipe = recipe || task->env().atari().recipe();
-    if (task->name().empty()) task->set_name(task->env().atari().game());
     const GameScores* g = FindGame(task->env().atari().game());
+    if (task->name().empty()) task->set_name(g != nullptr ? std::string(g->game) : task->env().atari().game());
     if (g != nullptr && !task->has_reference_score() && !task->has_random_score()) {
       task->set_random_score(g->random);
       task->set_reference_score(g->human);

@@ -335,8 +335,10 @@ TEST_CASE("fleet: the Atari-5 suite runs from game names alone and its report gi
   // name and scores come from the preset and the built-in table.
   RequireVenv("gymnasium, ale_py");
   const std::string run_dir = FreshRunDir("atari5");
-  Proc p = Start({"suite", "configs/atari5.textproto", "--run-dir", run_dir, "--set", "stop.total_env_frames=150000",
-                  "--set", "learner.replay.capacity=100"},
+  // Small: five ALE actor processes start on two cores (about 40 s here with another run
+  // beside them), and 4 envs each reach the budget soon after.
+  Proc p = Start({"suite", "configs/atari5.textproto", "--run-dir", run_dir, "--set", "stop.total_env_frames=40000",
+                  "--set", "actors.envs_per_actor=4", "--set", "learner.replay.capacity=100"},
                  run_dir + ".out");
   const int code = Wait(p, std::chrono::seconds(300));
   const std::string out = Slurp(p.output_path);
