@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -108,9 +109,11 @@ std::string Folded(std::string_view s) {
   return out;
 }
 
+// The shortest of %.15g and %.17g that reads back as v ("0.25", not "0.25000000000000000").
 std::string Num(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
 

@@ -1,9 +1,10 @@
-// libFuzzer target: the config parser, --set overrides and the checks. Input: config
+// libFuzzer target: the config parser, --set overrides, the presets and the checks. Input: config
 // text, then optionally a line "--" and one override ("a.b=value") per line.
 #include <cstdint>
 #include <sstream>
 #include <string>
 
+#include "wire/atari.h"
 #include "wire/config.h"
 
 using namespace stampede;
@@ -28,7 +29,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
+  // Presets as LoadConfig applies them: an error names what is wrong, and a second pass
+  // changes nothing.
+  if (const base::Status s = atari::ApplyPresets(&loaded.config); !s.ok()) {
+    if (s.message().empty()) __builtin_trap();
+    return 0;
+  }
+  const std::string once = ConfigToText(loaded.config);
+  if (!atari::ApplyPresets(&loaded.config).ok() || ConfigToText(loaded.config) != once) __builtin_trap();
   if (!ValidateConfig(loaded, &error) && error.empty()) __builtin_trap();
   (void)ConfigToText(loaded.config);
+  (void)ResolvedConfigText(loaded.config);
   return 0;
 }
