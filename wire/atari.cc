@@ -81,8 +81,8 @@ constexpr GameScores kAtari57[] = {
     {"Zaxxon", 32.5, 9173.3},
 };
 
-// The Atari recipe (README, "Atari: one recipe"): what an Atari env gets for each field
-// its config leaves unset.
+// The Atari recipe (README, "Atari: one protocol, one recipe"): what an Atari env gets
+// for each field its config leaves unset.
 constexpr std::string_view kRecipe = R"pb(
 net { torso: "shallow_cnn" fc_size: 256 center_frames: true }
 actors { num_actors: 2 envs_per_actor: 16 unroll_length: 20 }
