@@ -57,8 +57,7 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
   spec.popart = PopArtOn(cfg);
   spec.center_frames = cfg.net().center_frames();
   spec.init = cfg.net().init();
-  spec.policy_init_scale =
-      cfg.net().has_policy_init_scale() ? cfg.net().policy_init_scale() : (spec.init == "torch" ? 1.0 : 0.01);
+  spec.policy_init_scale = PolicyInitScale(cfg);
   spec.num_values = spec.popart ? wire::NumTasks(cfg) : 1;
   switch (shape.action_kind) {
     case wire::ActionKind::kDiscrete:
@@ -111,7 +110,7 @@ OptimizerHyper OptimizerHyperFromConfig(const config::OptimizerConfig& oc) {
     h.kind = OptimizerKind::kAdam;
     h.decay = float(oc.beta2());
     h.momentum = float(oc.beta1());
-    h.epsilon = float(oc.has_epsilon() ? oc.epsilon() : 1e-8);
+    h.epsilon = float(OptimizerEpsilon(oc));
     return h;
   }
   h.kind = oc.kind() == "rmsprop_torch" ? OptimizerKind::kRmsPropTorch : OptimizerKind::kRmsProp;

@@ -29,17 +29,6 @@ std::string Num(double v, int digits = 4) {
   std::snprintf(buf, sizeof buf, "%.*g", digits + 2, v);
   return buf;
 }
-// The Atari-57 game an env runs (env.atari.game, or an "ALE/<game>-v5" gym id); nullptr
-// for any other env.
-const atari::GameScores* AtariGameOf(const config::EnvConfig& env) {
-  if (env.has_atari()) return atari::FindGame(env.atari().game());
-  const std::string& id = env.gym_id();
-  if (id.rfind("ALE/", 0) == 0 && id.size() > 7 && id.compare(id.size() - 3, 3, "-v5") == 0) {
-    return atari::FindGame(id.substr(4, id.size() - 7));
-  }
-  return nullptr;
-}
-
 // The Atari-5 estimate (percent) from the tasks that run the five games, each scored by
 // the table's random and human scores; NaN where one of the five is missing or unscored.
 double Atari5Estimate(const config::Config& cfg, const std::vector<TaskReport>& tasks, bool eval) {
@@ -48,7 +37,7 @@ double Atari5Estimate(const config::Config& cfg, const std::vector<TaskReport>& 
     const atari::GameScores* want = atari::FindGame(atari::kAtari5[i].game);
     bool found = false;
     for (int t = 0; t < cfg.tasks_size() && !found; ++t) {
-      if (AtariGameOf(cfg.tasks(t).env()) != want) continue;
+      if (atari::GameOf(cfg.tasks(t).env()) != want) continue;
       const TaskReport& tr = tasks[size_t(t)];
       if (eval ? tr.eval_episodes <= 0 : !tr.scored) return std::nan("");
       hns[i] = atari::HumanNormalisedPercent(*want, eval ? tr.eval_score : tr.final_score);
@@ -88,7 +77,7 @@ bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* erro
       tr.random_score = cfg.tasks(t).random_score();
       tr.reference_score = cfg.tasks(t).reference_score();
       tr.has_reference = cfg.tasks(t).has_reference_score();
-    } else if (const atari::GameScores* g = AtariGameOf(cfg.env())) {
+    } else if (const atari::GameScores* g = atari::GameOf(cfg.env())) {
       // One Atari game run alone: normalised by the same table as a suite's.
       tr.random_score = g->random;
       tr.reference_score = g->human;

@@ -109,6 +109,9 @@ std::string Folded(std::string_view s) {
   return out;
 }
 
+// ale-py's id of a game: "ALE/<game>-v5".
+constexpr std::string_view kIdPrefix = "ALE/", kIdSuffix = "-v5";
+
 // The shortest of %.15g and %.17g that reads back as v ("0.25", not "0.25000000000000000").
 std::string Num(double v) {
   char buf[32];
@@ -167,7 +170,7 @@ base::Status ExpandEnv(config::EnvConfig* env, const std::string& path) {
   if (!env->plugin().empty()) return base::InvalidArgument(path + ".atari: an Atari game and a plug-in both set, expected one");
   std::string game = a.game();
   if (const GameScores* g = FindGame(game)) game = std::string(g->game);
-  const std::string id = "ALE/" + game + "-v5";
+  const std::string id = std::string(kIdPrefix) + game + std::string(kIdSuffix);
   if (!env->gym_id().empty() && env->gym_id() != id) {
     return base::InvalidArgument(path + ".gym_id: \"" + env->gym_id() + "\" beside atari.game \"" + a.game() +
                                  "\" (which is \"" + id + "\"), expected one of them");
@@ -222,6 +225,15 @@ const GameScores* FindGame(std::string_view game) {
   const std::string key = Folded(game);
   for (const GameScores& g : kAtari57) {
     if (Folded(g.game) == key) return &g;
+  }
+  return nullptr;
+}
+
+const GameScores* GameOf(const config::EnvConfig& env) {
+  if (env.has_atari()) return FindGame(env.atari().game());
+  const std::string_view id = env.gym_id();
+  if (id.size() > kIdPrefix.size() + kIdSuffix.size() && id.starts_with(kIdPrefix) && id.ends_with(kIdSuffix)) {
+    return FindGame(id.substr(kIdPrefix.size(), id.size() - kIdPrefix.size() - kIdSuffix.size()));
   }
   return nullptr;
 }

@@ -12,6 +12,7 @@
 
 namespace stampede::config {
 class Config;
+class EnvConfig;
 }
 
 namespace stampede::atari {
@@ -31,6 +32,10 @@ std::span<const GameScores> Atari57();
 // A game of the 57 by ale-py's name ("SpaceInvaders"), or by the same letters in any case
 // with or without underscores ("space_invaders"); nullptr for a game outside them.
 const GameScores* FindGame(std::string_view game);
+
+// The Atari-57 game an env runs: its env.atari.game, or an "ALE/<game>-v5" gym id (the id
+// the preset gives, or one written by hand); nullptr for any other env.
+const GameScores* GameOf(const config::EnvConfig& env);
 
 // 100 (score - random) / (human - random).
 double HumanNormalisedPercent(const GameScores& g, double score);

@@ -334,6 +334,15 @@ int LearnerOfActor(const config::Config& cfg, int actor) {
   return actor % std::max(1, cfg.learner().num_learners());
 }
 
+double PolicyInitScale(const config::Config& cfg) {
+  const config::NetConfig& n = cfg.net();
+  return n.has_policy_init_scale() ? n.policy_init_scale() : (n.init() == "torch" ? 1.0 : 0.01);
+}
+
+double OptimizerEpsilon(const config::OptimizerConfig& oc) {
+  return oc.kind() == "adam" && !oc.has_epsilon() ? 1e-8 : oc.epsilon();
+}
+
 bool ShardsOwnOptimizer(const config::Config& cfg) {
   return cfg.learner().update_mode() == "sync" || cfg.learner().update_mode() == "async";
 }
@@ -388,11 +397,8 @@ std::string ResolvedConfigText(const config::Config& cfg) {
   config::Config c = cfg;
   // The fields whose meaning when unset is not their default, as the run takes them.
   c.mutable_learner()->set_popart(PopArtOn(cfg));
-  if (!c.net().has_policy_init_scale()) {
-    c.mutable_net()->set_policy_init_scale(c.net().init() == "torch" ? 1.0 : 0.01);
-  }
-  config::OptimizerConfig* oc = c.mutable_learner()->mutable_optimizer();
-  if (oc->kind() == "adam" && !oc->has_epsilon()) oc->set_epsilon(1e-8);
+  c.mutable_net()->set_policy_init_scale(PolicyInitScale(cfg));
+  c.mutable_learner()->mutable_optimizer()->set_epsilon(OptimizerEpsilon(cfg.learner().optimizer()));
   FillDefaults(&c);
   // A gymnasium env has no use for the built-in env's name (CartPole-v1 by default).
   auto unnamed = [](const config::EnvConfig& given, config::EnvConfig* env) {

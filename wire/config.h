@@ -83,6 +83,12 @@ int LearnerOfActor(const config::Config& cfg, int actor);
 // learner.popart as the run uses it: the field where the config sets it, else on for the
 // CPU learner in relay mode (where PopArt runs).
 bool PopArtOn(const config::Config& cfg);
+// net.policy_init_scale as the run uses it: the field where the config sets it, else 1 for
+// net.init "torch" (PyTorch's own head) and 0.01 otherwise (CleanRL's policy gain).
+double PolicyInitScale(const config::Config& cfg);
+// learner.optimizer.epsilon as the run uses it: the field where the config sets it, else
+// 1e-8 for Adam (PyTorch's) and the field's default for RMSProp.
+double OptimizerEpsilon(const config::OptimizerConfig& oc);
 // True where PS shards own the optimizer (learner.update_mode "sync" or "async").
 bool ShardsOwnOptimizer(const config::Config& cfg);
 
