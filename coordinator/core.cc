@@ -265,6 +265,7 @@ void Core::RequestStop(const std::string& reason, int exit_code, Clock::time_poi
   if (stop_.stopping || finished_) return;
   stop_.stopping = true;
   stop_.reason = reason;
+  if (opt_.checkpoints) stop_.first_sequence = opt_.checkpoints().next_sequence;
   result_->exit_code = exit_code;
   if (!opt_.quiet || exit_code != 0) sinks_->Warn("stampede: stopping: " + reason + "\n");
   Event("stop", {{"reason", reason}, {"exit_code", exit_code}}, now);
@@ -277,6 +278,12 @@ void Core::RequestStop(const std::string& reason, int exit_code, Clock::time_poi
     MaybeRequestEvaluation(figures_.merged.env_frames(), true, now);
   }
   StopNextStage();
+}
+
+bool Core::FinalCheckpointOnDisk() const {
+  if (!opt_.checkpoints || cfg_.run_dir().empty()) return false;
+  const CheckpointsOnDisk d = opt_.checkpoints();
+  return d.final_sequence > 0 && d.final_sequence >= stop_.first_sequence;
 }
 
 void Core::MaybeRequestEvaluation(int64_t frames, bool final_round, Clock::time_point now) {
@@ -573,6 +580,9 @@ void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Cloc
       // A learner or PS that fails on the way out, before the final checkpoint is
       // complete, fails the run; after it, nothing is lost and the death is only said.
       const bool holds_state = c.role != wire::ROLE_ACTOR && c.role != wire::ROLE_EVALUATOR;
+      // Judged by what is on disk: the chief may not have exited yet when its final
+      // checkpoint is already whole.
+      if (holds_state && !stop_.final_checkpoint && FinalCheckpointOnDisk()) stop_.final_checkpoint = true;
       const bool counts = holds_state && !stop_.final_checkpoint;
       sinks_->Warn("stampede: " + who + " " + how + " while stopping" +
                    (holds_state && !counts ? ", after the final checkpoint was complete: nothing was lost" : "") +

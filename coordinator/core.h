@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -72,12 +73,22 @@ struct ScaleAnswer {
   std::string message;
 };
 
+// What the run directory's sharded checkpoints hold (run.cc reads the disk; the tests fake it).
+struct CheckpointsOnDisk {
+  int64_t next_sequence = 1;   // the sequence a checkpoint started now would get
+  int64_t final_sequence = 0;  // the newest complete checkpoint's, if the ordered stop wrote it (0: not)
+};
+
 struct CoreOptions {
   bool quiet = false;       // no progress lines
   bool standalone = false;  // start nothing: the processes are started elsewhere
   bool curve = false;       // a status counts only if its connection's identity is the sender it claims
   std::string config_path;  // for the start event and the standalone hint
   std::string resumed_from;  // --resume: the checkpoint the run continues from
+  // Read when a stop begins and when a learner or shard dies during it: a death after the
+  // chief's final checkpoint is whole on disk loses nothing. Unset: only the chief's exit
+  // 0 says the final checkpoint is complete.
+  std::function<CheckpointsOnDisk()> checkpoints;
 };
 
 // The learners' statuses and what the coordinator makes of them.
@@ -162,6 +173,8 @@ class Core {
     // checkpoint (with every shard's part, in sync/async mode) is complete, and what
     // exits after it can lose nothing.
     bool final_checkpoint = false;
+    // The first checkpoint sequence this stop can have written (CoreOptions::checkpoints).
+    int64_t first_sequence = 1;
   };
   struct PendingRespawn {
     wire::Role role;
@@ -171,6 +184,8 @@ class Core {
 
   ProcessId StartProcess(wire::Role role, int index, int restarts, Clock::time_point now);
   void StopNextStage();
+  // A checkpoint written during this stop, marked final by the chief, is whole on disk.
+  bool FinalCheckpointOnDisk() const;
   void Finish(Clock::time_point now);
   void Event(const std::string& name, nlohmann::json extra, Clock::time_point now);
   void Progress(Clock::time_point now);

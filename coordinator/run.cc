@@ -27,6 +27,7 @@
 #include <zmq.hpp>
 
 #include "learner/resume.h"
+#include "ps/checkpoints.h"
 #include "coordinator/core.h"
 #include "coordinator/local_launcher.h"
 #include "coordinator/slurm_launcher.h"
@@ -523,6 +524,16 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     core_opt.curve = curve != nullptr;
     core_opt.config_path = config_path;
     core_opt.resumed_from = resumed_from;
+    core_opt.checkpoints = [root = cfg.run_dir() + "/checkpoints"] {
+      coordinator::CheckpointsOnDisk d;
+      d.next_sequence = ps::NextCheckpointSequence(root);
+      ps::FoundCheckpoint found;
+      std::vector<std::string> skipped;
+      if (ps::FindNewestCheckpoint(root, &found, &skipped) && found.manifest.final) {
+        d.final_sequence = found.manifest.sequence;
+      }
+      return d;
+    };
     auto sup = sys.spawn([&](Supervisor* self) {
       auto& st = self->state;
       if (cfg.cluster().launcher() == "slurm") {

@@ -110,6 +110,7 @@ struct Learner::Impl {
   // Each shard's incarnation when the round began: a shard restarted since, before its
   // part arrived, lost the request, so the round is abandoned and the next one begins.
   std::vector<uint64_t> ckpt_incarnations;
+  bool ckpt_final = false;      // the round in progress is the stop's final one
   bool ckpt_abandoned = false;  // the last round was abandoned: start the next at once
   std::vector<float> params, grad;
   std::unique_ptr<Optimizer> rms;
@@ -240,7 +241,8 @@ struct Learner::Impl {
   bool PollParams(bool fresh = false);
   // Sync/async chief: starts a sharded checkpoint, and completes it once every shard's
   // part is written (true when one was completed by this call).
-  void StartShardedCheckpoint();
+  // `final`: the ordered stop's last checkpoint (its manifest says so).
+  void StartShardedCheckpoint(bool final = false);
   bool PollShardedCheckpoint(std::string* error);
 
   // The update modes (train_loops.cc).

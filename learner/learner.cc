@@ -327,11 +327,11 @@ bool Learner::WriteCheckpoint(std::string* error) {
     // The shards' parts (they stop after the learners), then the parameters for eval.
     m.PollShardedCheckpoint(error);  // one in progress completes or is dropped
     error->clear();
-    m.StartShardedCheckpoint();
+    m.StartShardedCheckpoint(/*final=*/true);
     const auto deadline = Clock::now() + kFinalCheckpointWait;
     while (m.ckpt_sequence != 0 && Clock::now() < deadline) {
       if (m.PollShardedCheckpoint(error)) break;
-      if (m.ckpt_sequence == 0 && m.ckpt_abandoned) m.StartShardedCheckpoint();  // a shard restarted: again
+      if (m.ckpt_sequence == 0 && m.ckpt_abandoned) m.StartShardedCheckpoint(/*final=*/true);  // a shard restarted: again
       (void)m.publisher->WaitForReply(kPsWait);
     }
     if (m.ckpt_sequence != 0) {

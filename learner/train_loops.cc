@@ -372,8 +372,9 @@ bool Learner::Impl::PollParams(bool fresh) {
   return got;
 }
 
-void Learner::Impl::StartShardedCheckpoint() {
+void Learner::Impl::StartShardedCheckpoint(bool final) {
   const std::string root = cfg.run_dir() + "/checkpoints";
+  ckpt_final = final;
   ckpt_sequence = ps::NextCheckpointSequence(root);
   ckpt_dir = ps::CheckpointDir(root, ckpt_sequence);
   std::error_code ec;
@@ -437,6 +438,7 @@ bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
   // Every shard's part is on disk: the chief's parts, then the manifest that completes it.
   ps::Manifest m;
   m.sequence = ckpt_sequence;
+  m.final = ckpt_final;
   std::vector<bool> listed(size_t(S), false);
   for (const auto& d : ckpt_done) {
     if (listed[size_t(d.shard())]) continue;

@@ -161,6 +161,7 @@ base::Status WriteManifest(const std::string& dir, const Manifest& m) {
   os << "learner_frames";
   for (int64_t f : m.learner_frames) os << " " << f;
   os << "\n";
+  if (m.final) os << "final\n";
   for (const auto& p : m.parts) os << "part " << p.file << " " << p.bytes << " " << p.checksum << "\n";
   os << "end\n";
   std::string error;
@@ -192,6 +193,8 @@ base::Status ReadManifest(const std::string& dir, Manifest* m) {
       version = bool(ls >> m->version);
     } else if (key == "learner_frames") {
       for (int64_t f; ls >> f;) m->learner_frames.push_back(f);
+    } else if (key == "final") {
+      m->final = true;
     } else if (key == "part") {
       ManifestPart p;
       if (!(ls >> p.file >> p.bytes >> p.checksum) || p.file.find('/') != std::string::npos) break;

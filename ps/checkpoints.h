@@ -42,6 +42,9 @@ struct Manifest {
   int64_t version = 0;  // shard 0's version at the checkpoint (the global step)
   std::vector<int64_t> learner_frames;
   std::vector<ManifestPart> parts;
+  // Written by the chief learner's ordered stop (its last checkpoint of the run), not by a
+  // periodic round: the coordinator judges a death during the stop by it.
+  bool final = false;
   int64_t env_frames() const;
 };
 

@@ -106,10 +106,13 @@ config::Config TestConfig(int learners = 1, int shards = 1) {
 
 // A core with its fake launcher and sinks, its clock at `t`.
 struct Fixture {
+  // The run directory's checkpoints as the core reads them.
+  CheckpointsOnDisk disk;
   explicit Fixture(config::Config cfg, bool standalone = false) {
     CoreOptions opt;
     opt.quiet = true;
     opt.standalone = standalone;
+    opt.checkpoints = [this] { return disk; };
     core = std::make_unique<Core>(cfg, opt, &launcher, &sinks, &result, t, 1.7e9);
     core->Start(t);
   }
@@ -342,6 +345,42 @@ TEST_CASE("coordinator: a shard that dies before the chief's final checkpoint st
   f.Exit(wire::ROLE_PS, 1);
   CHECK(f.core->finished());
   CHECK(f.sinks.summary["exit_code"] == 1);
+}
+
+TEST_CASE("coordinator: a shard killed once the final checkpoint is whole on disk, before the chief exits, is not counted",
+          "[coordinator]") {
+  Fixture f(TestConfig(2, 2));
+  f.disk = {4, 3};  // checkpoints 1-3 (3 final, from the run this one resumed) before the stop
+  StopWithActorsGone(f, "target return reached");
+  f.Exit(wire::ROLE_LEARNER, 1);
+  f.disk = {5, 4};  // the chief's final checkpoint, 4, is whole; the chief has not exited
+  f.Exit(wire::ROLE_PS, 0, {false, 0, 9});
+  CHECK(f.result.exit_code == 0);
+  CHECK_THAT(f.sinks.warned, Catch::Contains("ps 0 was killed by signal 9 while stopping, after the final "
+                                             "checkpoint was complete: nothing was lost"));
+  f.Exit(wire::ROLE_LEARNER, 0);
+  f.Exit(wire::ROLE_PS, 1);
+  CHECK(f.core->finished());
+  CHECK(f.sinks.summary["exit_code"] == 0);
+}
+
+TEST_CASE("coordinator: a final checkpoint from before the stop, or a periodic one during it, does not cover a death",
+          "[coordinator]") {
+  SECTION("the newest final checkpoint predates the stop (a resumed run's)") {
+    Fixture f(TestConfig(2, 2));
+    f.disk = {4, 3};
+    StopWithActorsGone(f, "target return reached");
+    f.Exit(wire::ROLE_PS, 0, {false, 0, 9});  // checkpoint 3 is still the newest
+    CHECK(f.result.exit_code == 1);
+  }
+  SECTION("a periodic round completed during the stop, the final one not") {
+    Fixture f(TestConfig(2, 2));
+    f.disk = {4, 0};
+    StopWithActorsGone(f, "target return reached");
+    f.disk = {6, 0};  // 4 periodic and whole, 5 begun: the newest complete is not final
+    f.Exit(wire::ROLE_PS, 1, {false, 0, 9});
+    CHECK(f.result.exit_code == 1);
+  }
 }
 
 TEST_CASE("coordinator: the frame budget stops the run once a believable status reaches it", "[coordinator]") {

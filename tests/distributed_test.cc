@@ -213,12 +213,13 @@ ps::ShardPart Part(int shard, int64_t version, float value) {
 }
 
 // A checkpoint directory with both shards' parts and a manifest over them.
-void WriteCheckpoint(const std::string& root, int64_t seq, int64_t version) {
+void WriteCheckpoint(const std::string& root, int64_t seq, int64_t version, bool final = false) {
   const std::string dir = ps::CheckpointDir(root, seq);
   std::filesystem::create_directories(dir);
   ps::Manifest m;
   m.sequence = seq;
   m.version = version;
+  m.final = final;
   for (int s = 0; s < 2; ++s) {
     const std::string bytes = ps::SerializeShardPart(Part(s, version, float(seq)));
     std::string error;
@@ -247,6 +248,31 @@ TEST_CASE("sharded checkpoint: a part round-trips bit-exactly", "[checkpoint][ps
   CHECK(std::memcmp(back.params.data(), p.params.data(), 16) == 0);
   CHECK(back.mean_square == p.mean_square);
   CHECK(back.momentum == p.momentum);
+}
+
+TEST_CASE("sharded checkpoint: the manifest says whether the ordered stop wrote it", "[checkpoint][ps]") {
+  const std::string root = (std::filesystem::temp_directory_path() / "stampede_sharded_ckpt_final").string();
+  std::filesystem::remove_all(root);
+  WriteCheckpoint(root, 1, 100);
+  WriteCheckpoint(root, 2, 200, /*final=*/true);
+  ps::Manifest m;
+  REQUIRE(ps::ReadManifest(ps::CheckpointDir(root, 1), &m).ok());
+  CHECK_FALSE(m.final);
+  REQUIRE(ps::ReadManifest(ps::CheckpointDir(root, 2), &m).ok());
+  CHECK(m.final);
+  CHECK(m.version == 200);
+  CHECK(m.parts.size() == 2);
+  ps::FoundCheckpoint found;
+  std::vector<std::string> warnings;
+  REQUIRE(ps::FindNewestCheckpoint(root, &found, &warnings));
+  CHECK(found.manifest.sequence == 2);
+  CHECK(found.manifest.final);
+  // A periodic round after it (a resumed run's) is the newest, and not final.
+  WriteCheckpoint(root, 3, 300);
+  REQUIRE(ps::FindNewestCheckpoint(root, &found, &warnings));
+  CHECK(found.manifest.sequence == 3);
+  CHECK_FALSE(found.manifest.final);
+  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("sharded checkpoint: without a manifest, truncated or NaN it is skipped and the previous one used", "[checkpoint][ps]") {
