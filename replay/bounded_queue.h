@@ -22,7 +22,9 @@ class BoundedQueue {
     base::MutexLock lock(mu_);
     if (items_.size() >= capacity_ && !closed_) {
       const auto start = std::chrono::steady_clock::now();
+      ++waiting_producers_;
       while (items_.size() >= capacity_ && !closed_) not_full_.Wait(mu_);
+      --waiting_producers_;
       if (waited_s != nullptr) {
         *waited_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       }
@@ -64,6 +66,11 @@ class BoundedQueue {
     return items_.size();
   }
   size_t capacity() const { return capacity_; }
+  // Producers waiting in Push for room right now.
+  int waiting_producers() const EXCLUDES(mu_) {
+    base::MutexLock lock(mu_);
+    return waiting_producers_;
+  }
 
  private:
   const size_t capacity_;
@@ -71,6 +78,7 @@ class BoundedQueue {
   base::CondVar not_full_, not_empty_;
   std::deque<T> items_ GUARDED_BY(mu_);
   bool closed_ GUARDED_BY(mu_) = false;
+  int waiting_producers_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace stampede::replay

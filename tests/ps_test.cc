@@ -2,6 +2,7 @@
 // never mixes shards of different versions.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -71,12 +72,21 @@ TEST_CASE("ps: a fetched version is always one whole version, and versions only 
   CHECK(params == Pattern(total, 0));
 
   // The learner publishes 200 versions while the actor keeps polling.
+  // A failed put is counted and checked here: REQUIRE on another thread would abort the binary.
+  std::atomic<int> failed_puts{0};
   std::thread learner([&] {
     for (int64_t v = 1; v <= 200; ++v) {
-      REQUIRE(pub.PutAll(Pattern(total, v), v, nullptr));
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (!pub.PutAll(Pattern(total, v), v, nullptr)) ++failed_puts;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));  // the learner's pace, not a wait
     }
   });
+  // A REQUIRE below that fails unwinds through this join, not past a joinable thread.
+  struct JoinAtExit {
+    std::thread& t;
+    ~JoinAtExit() {
+      if (t.joinable()) t.join();
+    }
+  } join_at_exit{learner};
   int swaps = 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (version < 200 && std::chrono::steady_clock::now() < deadline) {
@@ -102,6 +112,7 @@ TEST_CASE("ps: a fetched version is always one whole version, and versions only 
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   learner.join();
+  CHECK(failed_puts == 0);
   CHECK(version == 200);
   CHECK(swaps >= 2);
   CHECK(fetch.rejected_replies() == 0);

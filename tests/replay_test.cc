@@ -9,6 +9,7 @@
 
 #include "replay/bounded_queue.h"
 #include "replay/table.h"
+#include "tests/wait.h"
 
 using namespace stampede::replay;
 using namespace std::chrono_literals;
@@ -243,22 +244,33 @@ TEST_CASE("bounded queue: FIFO order, exact pops, and a full queue makes the pro
   // Fewer queued than asked: nothing is taken, after the timeout.
   CHECK_FALSE(q.PopExactly(4, &out, std::chrono::milliseconds(1)));
   CHECK(q.size() == 3);
-  // The producer blocks on the full queue until the consumer takes two.
-  std::atomic<bool> pushed{false};
+  // The producer blocks on the full queue until the consumer takes two. Seen from here: it
+  // is waiting inside Push (a Push that did not wait would return, or never be counted).
+  std::atomic<bool> pushed{false}, push_ok{false};
   double waited = 0;
   std::thread producer([&] {
-    REQUIRE(q.Push(3, &waited));
+    push_ok = q.Push(3, &waited);
     pushed = true;
   });
-  // The push cannot complete before room is made: whenever the producer has got to it,
-  // the queue still holds 3 and the push has not returned.
-  CHECK(q.size() == 3);
+  // A REQUIRE below that fails closes the queue (waking the producer) and joins it.
+  struct CloseAndJoin {
+    stampede::replay::BoundedQueue<int>& q;
+    std::thread& t;
+    ~CloseAndJoin() {
+      q.Close();
+      if (t.joinable()) t.join();
+    }
+  } close_and_join{q, producer};
+  REQUIRE(stampede::testing::WaitUntil([&] { return q.waiting_producers() == 1 || pushed; }));
   CHECK_FALSE(pushed);
+  CHECK(q.size() == 3);
   REQUIRE(q.PopExactly(2, &out, std::chrono::seconds(5)));
   CHECK(out == std::vector<int>{0, 1});
   producer.join();
   CHECK(pushed);
-  CHECK(waited >= 0);
+  CHECK(push_ok);
+  CHECK(q.waiting_producers() == 0);
+  CHECK(waited > 0);
   REQUIRE(q.PopExactly(2, &out, std::chrono::seconds(5)));
   CHECK(out == std::vector<int>{2, 3});
   CHECK(q.size() == 0);

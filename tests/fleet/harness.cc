@@ -104,6 +104,15 @@ int PidOnceTraining(const std::string& run_dir, const std::string& who, int min_
   return pid;
 }
 
+bool CheckpointOnDisk(const std::string& run_dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(run_dir + "/checkpoint.bin", ec)) return true;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/checkpoints", ec)) {
+    if (std::filesystem::exists(e.path() / "MANIFEST", ec)) return true;
+  }
+  return false;
+}
+
 void CheckNoneLeft(const std::map<int, std::string>& spawned) {
   for (const auto& [pid, who] : spawned) {
     INFO(who << " (pid " << pid << ") is still running");

@@ -66,6 +66,9 @@ json RunReachingTarget(const std::string& tag, std::vector<std::string> args, st
 void CheckNeverBackwards(const std::vector<json>& rows);
 // Waits for `who`'s restart event; the pid it was restarted as (-1: none in time).
 int WaitRestart(const std::string& run_dir, const std::string& who);
+// A complete checkpoint is in `run_dir`: checkpoint.bin (relay, allreduce) or a sharded
+// one's MANIFEST.
+bool CheckpointOnDisk(const std::string& run_dir);
 // Catch2 v2 has no SKIP: unless the project venv imports `modules`, prints why and exits
 // 77, which CTest reports as skipped.
 void RequireVenv(const char* modules);

@@ -138,7 +138,9 @@ TEST_CASE("fleet: an allreduce learner killed mid-run: the others go on in a sma
       const std::string who = "learner " + std::to_string(killed);
       const int pid = PidOnceTraining(run_dir, who, 30);
       REQUIRE(pid > 0);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      // Mid-run: once the chief has a checkpoint on disk (the state a rejoining learner may
+      // be behind of).
+      REQUIRE(WaitFor([&] { return CheckpointOnDisk(run_dir); }, std::chrono::seconds(60)));
       REQUIRE(::kill(pid, SIGKILL) == 0);
       REQUIRE(WaitRestart(run_dir, who) > 0);
       const int code = Wait(p, std::chrono::seconds(180));
@@ -220,7 +222,7 @@ TEST_CASE("fleet: kill -9 of a shard and then of a learner mid-run: the run reco
       const std::string shard = sharded ? "ps 1" : "ps 0", learner = sharded ? "learner 1" : "learner 0";
       const int ps_pid = PidOnceTraining(run_dir, shard, 30);
       REQUIRE(ps_pid > 0);
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // a checkpoint or two
+      REQUIRE(WaitFor([&] { return CheckpointOnDisk(run_dir); }, std::chrono::seconds(60)));  // one to restore
       REQUIRE(::kill(ps_pid, SIGKILL) == 0);
       REQUIRE(WaitRestart(run_dir, shard) > 0);
       const int learner_pid = PidOnceTraining(run_dir, learner, 30);
