@@ -242,9 +242,9 @@ TEST_CASE("atari preset: errors name the field", "[config][atari]") {
   CHECK_THAT(LoadError(WriteTemp("atari_both", "env { gym_id: \"ALE/Pong-v5\" atari { game: \"Breakout\" } }\n")),
              Catch::Contains("env.gym_id: \"ALE/Pong-v5\" beside atari.game \"Breakout\""));
   CHECK_THAT(LoadError(WriteTemp("atari_sticky", "env { atari { game: \"Pong\" sticky_actions: 1 } }\n")),
-             Catch::Contains("env.atari.sticky_actions: out of range, expected [0, 1)"));
+             Catch::Contains("env.atari.sticky_actions: 1 is out of range, expected a number in [0, 1)"));
   CHECK_THAT(LoadError(WriteTemp("atari_task", "tasks { env { atari { game: \"Pong\" frame_skip: 0 } } }\n")),
-             Catch::Contains("tasks[0].env.atari.frame_skip: out of range"));
+             Catch::Contains("tasks[0].env.atari.frame_skip: 0 is out of range, expected an integer in [1, 64]"));
 }
 
 TEST_CASE("atari preset: a written config loads to itself, and the printed one loads to the same run", "[config][atari]") {
@@ -325,4 +325,17 @@ TEST_CASE("atari suite: tasks are named by their games and normalised by the tab
                                     "tasks { env { atari { game: \"Pong\" } } random_score: -21 reference_score: 21 }\n"))
                        .config;
   CHECK(own.tasks(0).reference_score() == 21);
+}
+
+TEST_CASE("config: a declared range is checked wherever its message appears, naming the element", "[config]") {
+  // EnvConfig.max_episode_steps declares [0, 1e9]: in env and in every task's env.
+  const std::string path = WriteTemp("task_range",
+                                     "tasks { name: \"a\" env { name: \"Catch\" } }\n"
+                                     "tasks { name: \"b\" env { name: \"Catch\" max_episode_steps: -1 } }\n");
+  const std::string error = LoadError(path);
+  CHECK_THAT(error, Catch::Contains(path + ":2") &&
+                        Catch::Contains("tasks[1].env.max_episode_steps: -1 is out of range, expected an integer in "
+                                        "[0, 1e+09]"));
+  // An unset message's defaults are in range; a oneof's other members are not checked.
+  CHECK(LoadError(WriteTemp("layers_ok", "net { layers { dense { units: 8 } } layers { relu {} } }\n")) == "(loaded)");
 }

@@ -193,7 +193,8 @@ TEST_CASE("networks: net.layers in a config becomes the model's list, and bad li
   const std::string empty_kind = write("nokind", "net {\n  layers { }\n}\n");
   CHECK_THAT(load(empty_kind, &cfg), Catch::Contains("net.layers[0]: no layer kind"));
   const std::string wide = write("wide", "net {\n  layers { dense { units: 0 } }\n}\n");
-  CHECK_THAT(load(wide, &cfg), Catch::Contains("net.layers[0]: dense.units: 0 is out of range, expected [1, 65536]"));
+  CHECK_THAT(load(wide, &cfg), Catch::Contains(wide + ":2") && Catch::Contains("net.layers[0].dense.units: 0 is out of range, "
+                                                                               "expected an integer in [1, 65536]"));
   const std::string centred = write("centred", "net {\n  center_frames: true\n  layers { dense { units: 4 } }\n}\n");
   CHECK_THAT(load(centred, &cfg), Catch::Contains("net.center_frames centres image channels, but the torso (net.layers)"));
 }

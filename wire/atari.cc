@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "wire/config.pb.h"
+#include "wire/config_detail.h"
 
 namespace stampede::atari {
 
@@ -175,20 +176,10 @@ base::Status ExpandEnv(config::EnvConfig* env, const std::string& path) {
     return base::InvalidArgument(path + ".gym_id: \"" + env->gym_id() + "\" beside atari.game \"" + a.game() +
                                  "\" (which is \"" + id + "\"), expected one of them");
   }
-  auto check = [&](bool ok, const char* field, const std::string& expected) {
-    return ok ? base::OkStatus()
-              : base::InvalidArgument(path + ".atari." + field + ": out of range, expected " + expected);
-  };
-  for (const base::Status& s :
-       {check(a.sticky_actions() >= 0 && a.sticky_actions() < 1, "sticky_actions", "[0, 1)"),
-        check(a.frame_skip() >= 1 && a.frame_skip() <= 64, "frame_skip", "[1, 64]"),
-        check(a.size() >= 8 && a.size() <= 512, "size", "[8, 512]"),
-        check(a.stack() >= 1 && a.stack() <= 32, "stack", "[1, 32]"),
-        check(a.noop_max() >= 0 && a.noop_max() <= 1000, "noop_max", "[0, 1000]"),
-        check(a.max_episode_frames() >= 0 && a.max_episode_frames() <= 1000000000, "max_episode_frames",
-              "[0, 1e9]"),
-        check(a.emulator_threads() >= 1 && a.emulator_threads() <= 256, "emulator_threads", "[1, 256]")}) {
-    if (!s.ok()) return s;
+  // The ranges config.proto declares; the whole config's check (ValidateConfig) comes
+  // after the presets, so a bad value must not reach the kwargs first.
+  if (const auto bad = config_detail::FirstOutOfRange(a, path + ".atari.")) {
+    return base::InvalidArgument(bad->path + ": " + bad->what);
   }
   env->set_gym_id(id);
   if (std::find(env->gym_module().begin(), env->gym_module().end(), "ale_py") == env->gym_module().end()) {

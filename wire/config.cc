@@ -110,45 +110,95 @@ std::vector<std::string> SplitPath(std::string_view path) {
 
 namespace config_detail {
 
-// Values of a numeric field at a dotted path (several for a repeated field; none if an
-// enclosing message is absent, which means every default applies).
-std::vector<double> NumbersAt(const pb::Message& root, std::string_view path) {
-  const pb::Message* msg = &root;
-  auto parts = SplitPath(path);
-  for (size_t i = 0; i < parts.size(); ++i) {
-    const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(parts[i]);
-    if (f == nullptr) return {};
-    const pb::Reflection* r = msg->GetReflection();
-    if (i + 1 < parts.size()) {
-      msg = &r->GetMessage(*msg, f);
+namespace {
+// Value `idx` of numeric field `f` of `msg` (idx ignored for a singular field).
+double NumberAt(const pb::Message& msg, const pb::FieldDescriptor* f, int idx) {
+  const pb::Reflection* r = msg.GetReflection();
+  const bool rep = f->is_repeated();
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+      return rep ? r->GetRepeatedInt32(msg, f, idx) : r->GetInt32(msg, f);
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+      return double(rep ? r->GetRepeatedInt64(msg, f, idx) : r->GetInt64(msg, f));
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+      return rep ? r->GetRepeatedUInt32(msg, f, idx) : r->GetUInt32(msg, f);
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return double(rep ? r->GetRepeatedUInt64(msg, f, idx) : r->GetUInt64(msg, f));
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return rep ? r->GetRepeatedDouble(msg, f, idx) : r->GetDouble(msg, f);
+    case pb::FieldDescriptor::CPPTYPE_FLOAT:
+      return rep ? r->GetRepeatedFloat(msg, f, idx) : r->GetFloat(msg, f);
+    default:
+      return 0;
+  }
+}
+
+bool IsInteger(const pb::FieldDescriptor& f) {
+  switch (f.cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Messages nest a few levels; this bounds a schema that ever referred to itself.
+constexpr int kMaxDepth = 16;
+
+std::optional<OutOfRange> Walk(const pb::Message& m, const std::string& prefix, int depth) {
+  const pb::Descriptor* d = m.GetDescriptor();
+  const pb::Reflection* r = m.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    const std::string path = prefix + f->name();
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      // A oneof's other members are not there: their defaults are no one's values.
+      if (depth >= kMaxDepth || (f->containing_oneof() != nullptr && !r->HasField(m, f))) continue;
+      if (f->is_repeated()) {
+        for (int k = 0; k < r->FieldSize(m, f); ++k) {
+          if (auto bad = Walk(r->GetRepeatedMessage(m, f, k), path + "[" + std::to_string(k) + "].", depth + 1)) {
+            return bad;
+          }
+        }
+      } else if (auto bad = Walk(r->GetMessage(m, f), path + ".", depth + 1)) {
+        return bad;
+      }
       continue;
     }
-    auto get = [&](int idx) -> double {
-      bool rep = f->is_repeated();
-      switch (f->cpp_type()) {
-        case pb::FieldDescriptor::CPPTYPE_INT32:
-          return rep ? r->GetRepeatedInt32(*msg, f, idx) : r->GetInt32(*msg, f);
-        case pb::FieldDescriptor::CPPTYPE_INT64:
-          return double(rep ? r->GetRepeatedInt64(*msg, f, idx) : r->GetInt64(*msg, f));
-        case pb::FieldDescriptor::CPPTYPE_UINT64:
-          return double(rep ? r->GetRepeatedUInt64(*msg, f, idx) : r->GetUInt64(*msg, f));
-        case pb::FieldDescriptor::CPPTYPE_DOUBLE:
-          return rep ? r->GetRepeatedDouble(*msg, f, idx) : r->GetDouble(*msg, f);
-        case pb::FieldDescriptor::CPPTYPE_FLOAT:
-          return rep ? r->GetRepeatedFloat(*msg, f, idx) : r->GetFloat(*msg, f);
-        default:
-          return 0;
+    const std::string range = DeclaredRange(*f);
+    if (range.empty()) continue;
+    const pb::FieldOptions& o = f->options();
+    const double lo = o.HasExtension(config::min) ? o.GetExtension(config::min) : -HUGE_VAL;
+    const double hi = o.HasExtension(config::max) ? o.GetExtension(config::max) : HUGE_VAL;
+    const bool lo_open = o.GetExtension(config::min_open), hi_open = o.GetExtension(config::max_open);
+    const int n = f->is_repeated() ? r->FieldSize(m, f) : 1;
+    for (int k = 0; k < n; ++k) {
+      const double v = NumberAt(m, f, k);
+      const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+      if (!ok) {
+        return OutOfRange{path, FormatNumber(v) + " is out of range, expected " +
+                                    (IsInteger(*f) ? "an integer" : "a number") + " in " + range};
       }
-    };
-    std::vector<double> out;
-    if (f->is_repeated()) {
-      for (int k = 0; k < r->FieldSize(*msg, f); ++k) out.push_back(get(k));
-    } else {
-      out.push_back(get(0));
     }
-    return out;
   }
-  return {};
+  return std::nullopt;
+}
+}  // namespace
+
+std::string DeclaredRange(const pb::FieldDescriptor& f) {
+  const pb::FieldOptions& o = f.options();
+  if (!o.HasExtension(config::min) && !o.HasExtension(config::max)) return {};
+  const std::string lo = o.HasExtension(config::min) ? FormatNumber(o.GetExtension(config::min)) : "-inf";
+  const std::string hi = o.HasExtension(config::max) ? FormatNumber(o.GetExtension(config::max)) : "inf";
+  return std::string(o.GetExtension(config::min_open) ? "(" : "[") + lo + ", " + hi +
+         (o.GetExtension(config::max_open) ? ")" : "]");
+}
+
+std::optional<OutOfRange> FirstOutOfRange(const pb::Message& m, const std::string& prefix) {
+  return Walk(m, prefix, 0);
 }
 
 std::string FormatNumber(double v) {

@@ -3,6 +3,7 @@
 #include "wire/config.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,97 +14,7 @@
 namespace stampede {
 
 using config_detail::FormatNumber;
-using config_detail::NumbersAt;
 
-namespace {
-struct Range {
-  const char* path;
-  double lo;
-  double hi;
-  bool lo_open;
-  bool integer;
-};
-// Every numeric field with a limit. Values outside stop the program before start-up.
-constexpr Range kRanges[] = {
-    {"env.max_episode_steps", 0, 1e9, false, true},
-    {"net.hidden_sizes", 1, 65536, false, true},
-    {"net.fc_size", 1, 65536, false, true},
-    {"net.lstm_size", 0, 65536, false, true},
-    {"net.policy_init_scale", 0, 100, false, false},  // (0, 100] when set: checked below
-    {"actors.num_actors", 1, wire::kMaxActors, false, true},
-    {"actors.envs_per_actor", 1, 4096, false, true},
-    {"actors.unroll_length", 1, 10000, false, true},
-    {"actors.first_params_timeout_s", 0, 1e6, true, false},
-    {"actors.max_policy_lag", 0, 1e9, false, true},
-    {"actors.max_params_age_s", 0, 1e9, false, false},
-    {"actors.central_inference.min_batch", 0, 1e6, false, true},
-    {"actors.central_inference.max_batch", 0, 1e6, false, true},
-    {"actors.central_inference.timeout_ms", 0, 10000, false, false},
-    {"learner.max_policy_lag", 0, 1e9, false, true},
-    {"learner.batch_size", 1, 65536, false, true},
-    {"learner.reward_clip", 0, 1e9, false, false},
-    {"learner.reward_scale", 0, 1e9, true, false},
-    {"learner.discount", 0, 1, false, false},
-    {"learner.lambda", 0, 1, false, false},
-    {"learner.clip_rho_threshold", -1e9, 1e9, false, false},
-    {"learner.clip_c_threshold", -1e9, 1e9, false, false},
-    {"learner.clip_pg_rho_threshold", -1e9, 1e9, false, false},
-    {"learner.baseline_cost", 0, 1e6, false, false},
-    {"learner.entropy_cost", 0, 1e6, false, false},
-    {"learner.max_grad_norm", -1e30, 1e30, false, false},
-    {"learner.publish_every", 1, 1e6, false, true},
-    {"learner.queue_capacity", 1, 1e7, false, true},
-    {"learner.optimizer.learning_rate", 0, 10, true, false},
-    {"learner.optimizer.decay", 0, 1, false, false},
-    {"learner.optimizer.momentum", 0, 1, false, false},
-    {"learner.optimizer.epsilon", 0, 1e6, true, false},
-    {"learner.optimizer.beta1", 0, 1, false, false},
-    {"learner.optimizer.beta2", 0, 1, false, false},
-    {"learner.optimizer.schedule_frames", 0, 1e15, false, true},
-    {"learner.optimizer.warmup_frames", 0, 1e15, false, true},
-    {"learner.status_interval_s", 0, 60, true, false},
-    {"learner.checkpoint_interval_s", 0, 1e9, false, false},
-    {"ps.num_shards", 1, 64, false, true},
-    {"ps.versions_kept", 1, 1024, false, true},
-    {"stop.total_env_frames", 1, 1e15, false, true},
-    {"stop.max_learner_steps", 0, 1e15, false, true},
-    {"stop.target_return", -1e30, 1e30, false, false},
-    {"cluster.max_message_bytes", 1024, 1e12, false, true},
-    {"coordinator.progress_interval_s", 0, 5, true, false},
-    {"coordinator.heartbeat_timeout_s", 0, 1e6, true, false},
-    {"coordinator.max_actor_restarts", 0, 1e9, false, true},
-    {"coordinator.shutdown_grace_s", 0, 3600, true, false},
-    {"coordinator.stall_timeout_s", 0, 1e6, false, false},
-    {"coordinator.max_status_bytes", 4096, 1 << 30, false, true},
-    {"wire.max_abs_observation", 0, 3e38, true, false},
-    {"wire.max_abs_reward", 0, 3e38, true, false},
-    {"learner.popart_beta", 0, 1, true, false},
-    {"ps.partition_bytes", 0, 1e15, false, true},
-    {"suite.obs_shape", 1, 65536, false, true},
-    {"suite.task_lines_every", 0, 1e6, false, true},
-    {"learner.num_learners", 1, 64, false, true},
-    {"learner.checkpoints_kept", 1, 1000, false, true},
-    {"learner.replicas_to_aggregate", 0, 64, false, true},
-    {"learner.max_gradient_staleness", 0, 1e6, false, true},
-    {"coordinator.max_restarts", 0, 1e6, false, true},
-    {"coordinator.restart_backoff_s", 0, 3600, false, false},
-    {"learner.replay.fraction", 0, 1, false, false},
-    {"learner.replay.capacity", 1, 1e8, false, true},
-    {"learner.replay.priority_exponent", 0, 10, false, false},
-    {"learner.replay.samples_per_insert", 0, 1e6, false, false},
-    {"learner.replay.error_buffer", 0, 1e12, false, false},
-    {"learner.replay.min_size", 1, 1e8, false, true},
-    {"learner.replay.max_times_sampled", 0, 1e9, false, true},
-    {"learner.replay.max_bytes", 0, 1e13, false, true},
-    {"learner.replay.importance_exponent", 0, 1, false, false},
-    {"learner.replay.trust_region_kl", 0, 1e6, false, false},
-    {"evaluation.interval_frames", 0, 1e13, false, true},
-    {"evaluation.episodes", 1, 100000, false, true},
-    {"evaluation.max_steps", 1, 1e9, false, true},
-    {"evaluation.num_envs", 1, 256, false, true},
-    {"evaluation.final_timeout_s", 0, 1e6, false, false},
-};
-}  // namespace
 
 namespace {
 // The tasks of a multi-task config (wire/tasks.h assigns actors to them).
@@ -173,16 +84,9 @@ bool ValidateTasks(const LoadedConfig& loaded, std::string* error) {
 }  // namespace
 
 bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
-  for (const Range& range : kRanges) {
-    for (double v : NumbersAt(loaded.config, range.path)) {
-      bool ok = std::isfinite(v) && (range.lo_open ? v > range.lo : v >= range.lo) && v <= range.hi;
-      if (ok) continue;
-      *error = loaded.Where(range.path) + ": " + range.path + ": " + FormatNumber(v) +
-               " is out of range, expected " + (range.integer ? "an integer" : "a number") +
-               " in " + (range.lo_open ? "(" : "[") + FormatNumber(range.lo) + ", " +
-               FormatNumber(range.hi) + "]";
-      return false;
-    }
+  if (const std::optional<config_detail::OutOfRange> bad = config_detail::FirstOutOfRange(loaded.config, "")) {
+    *error = loaded.Where(bad->path) + ": " + bad->path + ": " + bad->what;
+    return false;
   }
   const auto& c = loaded.config;
   const std::string act = c.net().activation();
@@ -219,28 +123,19 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
       *error = loaded.Where("net.layers") + ": " + at + ": " + what;
       return false;
     };
-    auto in = [](int v, int lo, int hi) { return v >= lo && v <= hi; };
+    // Each kind's ranges are declared in config.proto (checked above); these are the rules
+    // between fields.
     switch (l.kind_case()) {
       case config::LayerConfig::KIND_NOT_SET:
         return bad("no layer kind; expected one of conv, max_pool, residual, dense, relu, tanh");
-      case config::LayerConfig::kConv:
-        if (!in(l.conv().channels(), 1, 4096)) return bad("conv.channels: " + std::to_string(l.conv().channels()) + " is out of range, expected [1, 4096]");
-        if (!in(l.conv().kernel(), 1, 64) || !in(l.conv().stride(), 1, 64) || !in(l.conv().padding(), 0, 64)) {
-          return bad("conv: kernel and stride must be in [1, 64] and padding in [0, 64]");
-        }
-        break;
       case config::LayerConfig::kMaxPool:
-        if (!in(l.max_pool().kernel(), 1, 64) || !in(l.max_pool().stride(), 1, 64) || !in(l.max_pool().padding(), 0, 64)) {
-          return bad("max_pool: kernel and stride must be in [1, 64] and padding in [0, 64]");
-        }
         if (l.max_pool().padding() * 2 > l.max_pool().kernel()) {
           return bad("max_pool: padding " + std::to_string(l.max_pool().padding()) +
                      " is more than half the kernel (windows with no input)");
         }
         break;
+      case config::LayerConfig::kConv:
       case config::LayerConfig::kDense:
-        if (!in(l.dense().units(), 1, 65536)) return bad("dense.units: " + std::to_string(l.dense().units()) + " is out of range, expected [1, 65536]");
-        break;
       case config::LayerConfig::kResidual:
       case config::LayerConfig::kRelu:
       case config::LayerConfig::kTanh:
@@ -383,16 +278,6 @@ bool ValidateConfig(const LoadedConfig& loaded, std::string* error) {
       *error = loaded.Where("learner.num_learners") + ": learner.num_learners: " + std::to_string(lc.num_learners()) +
                " learners need learner.update_mode \"sync\", \"async\" or \"allreduce\" (in \"relay\" one learner "
                "owns the optimizer)";
-      return false;
-    }
-    if (!(lc.allreduce_timeout_s() >= 0.1 && lc.allreduce_timeout_s() <= 3600)) {
-      *error = loaded.Where("learner.allreduce_timeout_s") + ": learner.allreduce_timeout_s: " +
-               FormatNumber(lc.allreduce_timeout_s()) + " is out of range, expected seconds in [0.1, 3600]";
-      return false;
-    }
-    if (lc.allreduce_check_every() < 0 || lc.allreduce_check_every() > 1000000000) {
-      *error = loaded.Where("learner.allreduce_check_every") + ": learner.allreduce_check_every: " +
-               std::to_string(lc.allreduce_check_every()) + " is out of range, expected steps in [0, 1e9]";
       return false;
     }
     if (c.cluster().allreduce_size() != 0 && c.cluster().allreduce_size() != lc.num_learners()) {
