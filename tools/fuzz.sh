@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzing (issue 7): libFuzzer targets with ASan+UBSan, built with clang-14 into
-# build-fuzz/, each run from its seed corpus (tests/fuzz/corpus/<target>, in the repo)
+# build-fuzz/, each run from its seed corpus (tests/fuzz/corpus/<target>, in the repo; the
+# config target also from configs/ itself)
 # for N seconds. Prints executions per second and in total per target; exits non-zero
 # on any crash, leak or sanitizer report (the reproducer is left in build-fuzz/crashes/).
 #
@@ -36,6 +37,9 @@ fi
 mkdir -p build-fuzz/crashes
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# Seeds that live elsewhere in the repo, read as they are (libFuzzer reads directories
+# recursively): the config target starts from every shipped config.
+declare -A SEEDS_FROM=([config]=configs)
 status=0
 printf '%-12s %10s %14s %12s %s\n' target seconds executions exec/s result
 for t in "${TARGETS[@]}"; do
@@ -46,7 +50,7 @@ for t in "${TARGETS[@]}"; do
   set +e
   build-fuzz/tests/fuzz/fuzz_$t -max_total_time="$SECONDS_PER_TARGET" -max_len=65536 -rss_limit_mb=2048 \
     -timeout=10 -artifact_prefix=build-fuzz/crashes/$t- -print_final_stats=1 \
-    "$work" "tests/fuzz/corpus/$t" > "$log" 2>&1
+    "$work" "tests/fuzz/corpus/$t" ${SEEDS_FROM[$t]:-} > "$log" 2>&1
   rc=$?
   set -e
   execs=$(awk -F: '/stat::number_of_executed_units/ {gsub(/ /,"",$NF); print $NF}' "$log" | tail -1)
