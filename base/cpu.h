@@ -1,5 +1,5 @@
 // The processor this process runs on and the instruction set this binary was built for:
-// what `stampede bench` and the README's speed tables name, and the check that a binary
+// what `stampede bench` and the speed tables of docs/benchmarks.md name, and the check that a binary
 // built for x86-64-v3 (AVX2, FMA; the default) or for its build machine (-march=native)
 // refuses, before anything else runs, a CPU that lacks what it needs (cpu_check.cc).
 #pragma once

@@ -4,7 +4,7 @@
 // once, at start-up, so `stampede` sets it and re-executes itself before anything else
 // runs. A learner streams a 38 MB input batch and its activations through every step
 // and an actor switches cores with it: on 4 KB pages both miss the TLB far more often
-// (the Pong fleet ran 5% faster with it, README "Where the last tenth goes").
+// (the Pong fleet ran 5% faster with it, docs/benchmarks.md, "Where the last tenth goes").
 #pragma once
 
 #include <string>

@@ -271,7 +271,7 @@ void Learner::Impl::UpdatePopArt(const Batch& batch, const Targets<float>& targe
     const bool fresh = popart_fresh[size_t(k)];
     // A fresh value head has no outputs worth keeping: its first update lets its values
     // start at the targets' mean, so the first advantages are not the whole return (which
-    // made RMSProp's first steps throw the policy to one action: README, "Library defaults").
+    // made RMSProp's first steps throw the policy to one action: docs/learning-benchmarks.md, "Library defaults").
     PopArtUpdate(*popart, params.data(), k, sum[size_t(k)] / n, square[size_t(k)] / n,
                  PopArtStepSize(cfg.learner().popart_beta(), t, fresh), /*preserve_outputs=*/!(fresh && t == 0));
   }

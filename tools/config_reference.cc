@@ -12,6 +12,7 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -50,7 +51,12 @@ std::string TypeName(const pb::FieldDescriptor& f) {
   }
   std::string t;
   switch (f.type()) {
-    case pb::FieldDescriptor::TYPE_MESSAGE: t = "[" + f.message_type()->name() + "](#" + f.message_type()->name() + ")"; break;
+    case pb::FieldDescriptor::TYPE_MESSAGE: {
+      std::string anchor = f.message_type()->name();  // as MkDocs makes a heading's id
+      for (char& c : anchor) c = char(std::tolower(static_cast<unsigned char>(c)));
+      t = "[" + f.message_type()->name() + "](#" + anchor + ")";
+      break;
+    }
     case pb::FieldDescriptor::TYPE_ENUM: t = f.enum_type()->name(); break;
     default: t = f.type_name();
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package the Stampede build needs and makes the project's Python
 # venv (.venv: gymnasium, ale-py with its ROMs, minatar, numpy, matplotlib, tensorboard,
-# kubernetes-validate for the Kubernetes manifests' tests, onnxruntime for the ONNX export's test) for gymnasium and Atari
+# kubernetes-validate for the Kubernetes manifests' tests, onnxruntime for the ONNX export's test,
+# mkdocs and mkdocs-material for the docs site under docs/) for gymnasium and Atari
 # envs. OpenBLAS and BLIS are only measured against Eigen (stampede bench --gemm), not
 # linked. Idempotent: when everything is present it changes nothing and does not touch
 # the network. STAMPEDE_NO_VENV=1 skips the venv (the C++ envs do not need it).
@@ -36,9 +37,10 @@ fi
 # by another python3 earlier on PATH.
 # matplotlib draws the suite reports' curves; tensorboard's reader checks the event files
 # the coordinator writes (tests/report_test.cc).
-python_packages=(gymnasium==1.4.0 ale-py==0.12.1 minatar==1.0.15 numpy matplotlib tensorboard kubernetes-validate==1.37.0 onnxruntime==1.32.0)
+python_packages=(gymnasium==1.4.0 ale-py==0.12.1 minatar==1.0.15 numpy matplotlib tensorboard kubernetes-validate==1.37.0 onnxruntime==1.32.0
+  mkdocs==1.6.1 mkdocs-material==9.8.2)
 venv=.venv
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import gymnasium, ale_py, minatar, numpy, matplotlib, tensorboard, kubernetes_validate, onnxruntime" 2>/dev/null; then
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import gymnasium, ale_py, minatar, numpy, matplotlib, tensorboard, kubernetes_validate, onnxruntime, mkdocs, material" 2>/dev/null; then
   echo "setup: venv $venv ready"
   exit 0
 fi

@@ -82,7 +82,7 @@ constexpr GameScores kAtari57[] = {
     {"Zaxxon", 32.5, 9173.3},
 };
 
-// The Atari recipe (README, "Atari: one protocol, one recipe"): what an Atari env gets
+// The Atari recipe (docs/atari.md): what an Atari env gets
 // for each field its config leaves unset.
 constexpr std::string_view kRecipe = R"pb(
 net { torso: "shallow_cnn" fc_size: 256 center_frames: true }

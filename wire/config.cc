@@ -359,7 +359,7 @@ bool LoadConfig(const std::string& path, const std::vector<std::string>& overrid
 bool PopArtOn(const config::Config& cfg) {
   const config::LearnerConfig& lc = cfg.learner();
   // Unset: on where PopArt runs (the CPU learner in relay mode), so a config that names
-  // only an env learns whatever its reward scale (README, "Library defaults").
+  // only an env learns whatever its reward scale (docs/learning-benchmarks.md, "Library defaults").
   return lc.has_popart() ? lc.popart() : lc.update_mode() == "relay" && lc.device() == "cpu";
 }
 

@@ -1,5 +1,5 @@
 // The exit codes of a role's process, as the coordinator reads them (documented in the
-// README, "Exit codes").
+// docs/diagnostics.md, "Exit codes").
 #pragma once
 
 #include "base/status.h"

@@ -227,7 +227,7 @@ TEST_CASE("fleet: a config of only Acrobot learns it with the library's defaults
   // Only the env (rewards of -1 a step, returns near -100): -120 at 55k-79k frames in 3 of 3
   // seeds here. While PopArt's statistics started at mean 0 and scale 1 the first
   // advantages were the whole return and the policy went deterministic within 20k frames
-  // (-500 at 1M frames in 3 of 3 seeds, README "Library defaults"); this guards that.
+  // (-500 at 1M frames in 3 of 3 seeds, docs/learning-benchmarks.md, "Library defaults"); this guards that.
   RequireVenv("gymnasium");
   const std::string cfg = WriteConfig("acrobot_only", "env { gym_id: \"Acrobot-v1\" }\n"
                                                        "stop { total_env_frames: 400000 target_return: -120 }\n");
@@ -281,7 +281,7 @@ TEST_CASE("fleet: stampede sweep runs every grid point x seed and tabulates them
 TEST_CASE("fleet: MinAtar Breakout (C++ game, shipped config) passes a mean return of 3 within 1M frames",
           "[fleet][minatar]") {
   // A random policy scores about 0.4; the shipped config reaches about 8 at 1M frames
-  // and about 20 at 5M here (README, "Learning benchmarks").
+  // and about 20 at 5M here (docs/learning-benchmarks.md).
   const std::string run_dir = FreshRunDir("minatar_breakout");
   Proc p = Start({"run", "configs/minatar/breakout.textproto", "--run-dir", run_dir, "--set",
                   "stop.total_env_frames=1000000"},
@@ -320,7 +320,7 @@ TEST_CASE("fleet: the Atari learnability probe (Pong pixels, paddle level with t
   // random policy scores about 25, one that follows the ball about 180. The config's
   // target (100) was reached at 0.98-1.07M frames here; this test asks for 60, reached at
   // 0.71-0.83M in the same runs (CI time), while without net.center_frames the return
-  // stays near 22 for 2.4M frames (README, "Atari: why Pong did not learn").
+  // stays near 22 for 2.4M frames (docs/learning-benchmarks.md, "Atari: why Pong did not learn").
   RequireVenv("gymnasium, ale_py");
   std::string run_dir;
   RunReachingTarget("probe",
