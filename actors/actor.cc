@@ -12,6 +12,7 @@
 #include "actors/env_source.h"
 #include "actors/inference.h"
 #include "actors/params_client.h"
+#include "base/log.h"
 #include "envs/rng.h"
 #include "envs/vector_env.h"
 #include "net/distribution.h"
@@ -380,8 +381,7 @@ base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<boo
       const int64_t heard = f.newest_heard();
       if (max_lag > 0 && !co.mixed_versions && heard - version >= max_lag) {
         if (f.resets() == 0) {
-          std::fprintf(stderr,
-                       "actor %d: its parameters (version %lld) are %lld versions behind the newest the PS has "
+          base::LogInfo("actor %d: its parameters (version %lld) are %lld versions behind the newest the PS has "
                        "answered it with (%lld): fetcher reset (actors.max_policy_lag = %lld); further resets are "
                        "counted in its status, not logged\n",
                        task_index, (long long)version, (long long)(heard - version), (long long)heard,

@@ -12,6 +12,7 @@
 
 #include "actors/acting.h"
 #include "actors/params_client.h"
+#include "base/log.h"
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "ps/client.h"
@@ -394,7 +395,7 @@ struct InferenceServer::Impl {
       if (!have_params) {
         have_params = fetcher->WaitFirst(params, &version, std::chrono::milliseconds(50), &stop);
         if (!have_params && !warned && Clock::now() > first_deadline) {
-          std::fprintf(stderr, "learner %d: inference server: no parameters from the PS after %.0f s\n", learner,
+          base::LogInfo("learner %d: inference server: no parameters from the PS after %.0f s\n", learner,
                        cfg.actors().first_params_timeout_s());
           warned = true;
         }
@@ -452,7 +453,7 @@ bool InferenceServer::Start(std::string* error) {
     if (device < 0) return false;
     m.gpu = net::cuda::Policy::Create(m.net->spec(), device, /*allow_tf32=*/true, error);
     if (!m.gpu) return false;
-    std::fprintf(stderr, "learner %d: inference server on cuda:%d\n", m.learner, device);
+    base::LogInfo("learner %d: inference server on cuda:%d\n", m.learner, device);
   }
   int served = 0;
   for (int a = 0; a < cfg.actors().num_actors(); ++a) served += LearnerOfActor(cfg, a) == m.learner ? 1 : 0;

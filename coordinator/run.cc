@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <zmq.hpp>
 
+#include "base/log.h"
 #include "learner/resume.h"
 #include "ps/checkpoints.h"
 #include "coordinator/core.h"
@@ -149,12 +150,12 @@ void ServeScaleRequest(SupervisorState& st) {
       answer = st.core->Scale(int(std::clamp<int64_t>(n, -1, wire::kMaxActors + 1)), coordinator::Clock::now());
     }
   }
-  if (!answer.ok) std::fprintf(stderr, "stampede: scale refused: %s\n", answer.message.c_str());
+  if (!answer.ok) base::LogError("stampede: scale refused: %s\n", answer.message.c_str());
   const nlohmann::json out = {{"id", id}, {"ok", answer.ok}, {"message", answer.message},
                               {"actors", st.core->actors_target()}};
   std::string error;
   if (!wire::WriteFileAtomically(st.run_dir + "/" + kScaleAnswer, out.dump() + "\n", &error)) {
-    std::fprintf(stderr, "stampede: cannot answer the scale request: %s\n", error.c_str());
+    base::LogError("stampede: cannot answer the scale request: %s\n", error.c_str());
   }
 }
 using Supervisor = caf::stateful_actor<SupervisorState>;
@@ -249,7 +250,7 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt, std::string* s
     if (::mkdtemp(pattern.data()) != nullptr) {  // mode 0700
       *socket_dir = pattern;
     } else {
-      std::fprintf(stderr, "stampede: WARNING: cannot make a private socket directory in %s (%s): the roles talk "
+      base::LogWarning("stampede: WARNING: cannot make a private socket directory in %s (%s): the roles talk "
                    "over loopback TCP instead (cluster.local_transport \"tcp\")\n", base.c_str(), std::strerror(errno));
     }
   }
@@ -290,9 +291,9 @@ bool PrepareResume(config::Config* cfg, std::string* from) {
   std::vector<std::string> warnings;
   std::string error;
   const bool have = learner::FindResumePoint(*cfg, &point, &warnings, &error);
-  for (const auto& w : warnings) std::fprintf(stderr, "stampede: WARNING: %s\n", w.c_str());
+  for (const auto& w : warnings) base::LogWarning("stampede: WARNING: %s\n", w.c_str());
   if (!have) {
-    std::fprintf(stderr, "stampede: --resume %s: %s\n", dir.c_str(), error.c_str());
+    base::LogError("stampede: --resume %s: %s\n", dir.c_str(), error.c_str());
     return false;
   }
   if (!point.sharded) cfg->mutable_learner()->set_restore_from(point.from);
@@ -309,7 +310,7 @@ bool PrepareResume(config::Config* cfg, std::string* from) {
   std::printf("stampede: resuming %s from %s: version %lld, %lld env frames\n", dir.c_str(), from->c_str(),
               (long long)version, (long long)frames);
   if (frames >= cfg->stop().total_env_frames()) {
-    std::fprintf(stderr, "stampede: WARNING: the checkpoint's %lld frames already spend stop.total_env_frames (%lld): "
+    base::LogWarning("stampede: WARNING: the checkpoint's %lld frames already spend stop.total_env_frames (%lld): "
                          "the run stops at once (raise it with --set stop.total_env_frames=N)\n",
                  (long long)frames, (long long)cfg->stop().total_env_frames());
   }
@@ -321,14 +322,14 @@ bool PrepareResume(config::Config* cfg, std::string* from) {
 int RunScaleCommand(const std::string& run_dir, int actors, double timeout_s) {
   std::error_code ec;
   if (!fs::exists(run_dir + "/config.textproto", ec)) {
-    std::fprintf(stderr, "stampede scale: %s is not a run directory (no config.textproto)\n", run_dir.c_str());
+    base::LogError("stampede scale: %s is not a run directory (no config.textproto)\n", run_dir.c_str());
     return 2;
   }
   const std::string id = std::to_string(::getpid()) + "-" + std::to_string(UnixTime());
   const nlohmann::json request = {{"actors", actors}, {"id", id}};
   std::string error;
   if (!wire::WriteFileAtomically(run_dir + "/" + kScaleRequest, request.dump() + "\n", &error)) {
-    std::fprintf(stderr, "stampede scale: %s\n", error.c_str());
+    base::LogError("stampede scale: %s\n", error.c_str());
     return 2;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
@@ -346,7 +347,7 @@ int RunScaleCommand(const std::string& run_dir, int actors, double timeout_s) {
     return ok ? 0 : 1;
   }
   fs::remove(run_dir + "/" + kScaleRequest, ec);
-  std::fprintf(stderr, "stampede scale: no coordinator answered within %.0f s: is the run in %s going?\n", timeout_s,
+  base::LogInfo("stampede scale: no coordinator answered within %.0f s: is the run in %s going?\n", timeout_s,
                run_dir.c_str());
   return 1;
 }
@@ -356,15 +357,15 @@ int RunCheckpointsCommand(const config::Config& cfg) {
   std::vector<std::string> warnings;
   std::string error;
   const bool have = learner::FindResumePoint(cfg, &point, &warnings, &error);
-  for (const auto& w : warnings) std::fprintf(stderr, "stampede: WARNING: %s\n", w.c_str());
+  for (const auto& w : warnings) base::LogWarning("stampede: WARNING: %s\n", w.c_str());
   if (!have) {
-    std::fprintf(stderr, "stampede checkpoints: %s\n", error.c_str());
+    base::LogError("stampede checkpoints: %s\n", error.c_str());
     return 1;
   }
   std::printf("%s: version %lld, %lld env frames (%s)\n", point.from.c_str(), (long long)point.version,
               (long long)point.env_frames, point.sharded ? "sharded" : "one file");
   if (fs::path(point.from).filename() != fs::path(point.newest_dir).filename()) {
-    std::fprintf(stderr, "stampede checkpoints: the newest checkpoint directory %s is not complete\n",
+    base::LogError("stampede checkpoints: the newest checkpoint directory %s is not complete\n",
                  point.newest_dir.c_str());
     return 1;
   }
@@ -380,7 +381,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   }
   if (cfg.cluster().launcher() == "slurm" && !opt.standalone) {
     if (const std::string why = coordinator::SlurmLauncherUnavailable(); !why.empty()) {
-      std::fprintf(stderr, "stampede: cluster.launcher \"slurm\": %s\n", why.c_str());
+      base::LogInfo("stampede: cluster.launcher \"slurm\": %s\n", why.c_str());
       result.exit_code = 2;
       return result;
     }
@@ -388,7 +389,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   {
     in_addr unused;
     if (!HostAddress(cfg.cluster().host(), &unused)) {
-      std::fprintf(stderr, "stampede: cluster.host \"%s\" does not resolve to an IPv4 address\n",
+      base::LogError("stampede: cluster.host \"%s\" does not resolve to an IPv4 address\n",
                    cfg.cluster().host().c_str());
       result.exit_code = 2;
       return result;
@@ -415,7 +416,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       if (checked.ok() && !said.empty()) std::printf("stampede: %s\n", said.c_str());
     }
     if (!checked.ok()) {
-      std::fprintf(stderr, "stampede: %s\n", checked.message().c_str());
+      base::LogInfo("stampede: %s\n", checked.message().c_str());
       result.exit_code = 2;
       return result;
     }
@@ -443,8 +444,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   }
   std::error_code exists_ec;
   if (!opt.resume && fs::exists(cfg.run_dir() + "/metrics.jsonl", exists_ec)) {
-    std::fprintf(stderr,
-                 "stampede: %s already holds a run (metrics.jsonl); choose another --run-dir or "
+    base::LogInfo("stampede: %s already holds a run (metrics.jsonl); choose another --run-dir or "
                  "remove it (to continue it: stampede run --resume %s)\n",
                  cfg.run_dir().c_str(), cfg.run_dir().c_str());
     result.exit_code = 2;
@@ -464,7 +464,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       fs::remove(probe, removed);
     }
     if (!why.empty()) {
-      std::fprintf(stderr, "stampede: run directory %s cannot be created or written: %s\n", cfg.run_dir().c_str(),
+      base::LogError("stampede: run directory %s cannot be created or written: %s\n", cfg.run_dir().c_str(),
                    why.c_str());
       result.exit_code = 2;
       return result;
@@ -483,16 +483,16 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     // (made by `stampede keys`), where every process reads them.
     std::string error;
     if (!cfg.cluster().curve()) {
-      std::fprintf(stderr, "stampede: WARNING: cluster.curve is false: the run's sockets accept anyone who can "
+      base::LogWarning("stampede: WARNING: cluster.curve is false: the run's sockets accept anyone who can "
                            "reach them (forged trajectories, parameters and statuses)\n");
     } else if (cfg.cluster().keys_dir().empty() &&
                !wire::GenerateKeys(wire::KeysDir(cfg), wire::RunIdentities(cfg), &error)) {
-      std::fprintf(stderr, "stampede: %s\n", error.c_str());
+      base::LogError("stampede: %s\n", error.c_str());
       result.exit_code = 2;
       return result;
     }
     if (cfg.cluster().curve() && !(curve = wire::RunCurve(cfg, "coordinator", &error))) {
-      std::fprintf(stderr, "stampede: %s\n", error.c_str());
+      base::LogError("stampede: %s\n", error.c_str());
       result.exit_code = 2;
       return result;
     }
@@ -502,7 +502,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     // Every process reads this file: without it nothing may start.
     std::string error;
     if (!wire::WriteFileAtomically(config_path, ConfigToText(cfg), &error)) {
-      std::fprintf(stderr, "stampede: cannot write the run's config: %s\n", error.c_str());
+      base::LogError("stampede: cannot write the run's config: %s\n", error.c_str());
       result.exit_code = 2;
       return result;
     }
@@ -565,7 +565,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     if (wire::MergeTraces(cfg.run_dir() + "/trace", cfg.run_dir() + "/trace.json", &error)) {
       if (!opt.quiet) std::printf("stampede: timeline of every process in %s/trace.json (ui.perfetto.dev)\n", cfg.run_dir().c_str());
     } else {
-      std::fprintf(stderr, "stampede: cannot merge the traces: %s\n", error.c_str());
+      base::LogError("stampede: cannot merge the traces: %s\n", error.c_str());
     }
   }
   return result;

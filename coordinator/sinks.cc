@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "base/log.h"
 #include "wire/durable_file.h"
 #include "wire/tensorboard.h"
 
@@ -17,7 +18,7 @@ namespace {
 // Durable write of a run file; a failure is reported, the run goes on.
 void WriteRunFile(const std::string& path, const std::string& text) {
   std::string error;
-  if (!wire::WriteFileAtomically(path, text, &error)) std::fprintf(stderr, "stampede: %s\n", error.c_str());
+  if (!wire::WriteFileAtomically(path, text, &error)) base::LogError("stampede: %s\n", error.c_str());
 }
 }  // namespace
 
@@ -25,7 +26,7 @@ FileSinks::FileSinks(const std::string& run_dir) : run_dir_(run_dir), files_(std
   files_->metrics.open(run_dir + "/metrics.jsonl", std::ios::app);
   std::string error;
   if (!files_->tb.Open(run_dir + "/tb", &error)) {
-    std::fprintf(stderr, "stampede: WARNING: no TensorBoard events: %s\n", error.c_str());
+    base::LogWarning("stampede: WARNING: no TensorBoard events: %s\n", error.c_str());
   }
 }
 

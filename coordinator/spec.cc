@@ -15,6 +15,7 @@
 #include <google/protobuf/text_format.h>
 
 #include "actors/env_source.h"
+#include "base/log.h"
 #include "envs/vector_env.h"
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
@@ -33,7 +34,7 @@ int RunSpecCommand(const config::Config& cfg) {
   if (cfg.tasks_size() == 0) {
     envs::EnvSpec spec;
     if (!envs::ResolveSpec(actors::EnvSourceFromConfig(cfg), &spec, &error)) {
-      std::fprintf(stderr, "%s\n", error.c_str());
+      base::LogError("%s\n", error.c_str());
       code = 2;
     } else {
       std::string text;
@@ -46,7 +47,7 @@ int RunSpecCommand(const config::Config& cfg) {
     for (int t = 0; t < cfg.tasks_size() && code == 0; ++t) {
       envs::EnvSpec spec;
       if (!envs::ResolveSpec(actors::EnvSourceFromConfig(wire::TaskEnvConfig(cfg, t)), &spec, &error)) {
-        std::fprintf(stderr, "task \"%s\": %s\n", cfg.tasks(t).name().c_str(), error.c_str());
+        base::LogError("task \"%s\": %s\n", cfg.tasks(t).name().c_str(), error.c_str());
         code = 2;
         break;
       }
@@ -57,7 +58,7 @@ int RunSpecCommand(const config::Config& cfg) {
     }
     config::EnvSpec joint;
     if (code == 0 && !wire::JoinTaskSpecs(resolved, &joint, &error)) {
-      std::fprintf(stderr, "%s\n", error.c_str());
+      base::LogError("%s\n", error.c_str());
       code = 2;
     } else if (code == 0) {
       std::string text;
@@ -170,12 +171,12 @@ int RunPsPlanCommand(config::Config cfg) {
   wire::StepShape shape;
   std::unique_ptr<net::Model<float>> model;
   if (const base::Status resolved = ResolveEnvSpec(SelfExePath(), &cfg); !resolved.ok()) {
-    std::fprintf(stderr, "stampede ps-plan: %s\n", resolved.message().c_str());
+    base::LogInfo("stampede ps-plan: %s\n", resolved.message().c_str());
     return 2;
   }
   if (!ResolvedStepShape(cfg, &shape, &error) ||
       !(model = net::MakeModelFromConfig(cfg, shape, &error))) {
-    std::fprintf(stderr, "stampede ps-plan: %s\n", error.c_str());
+    base::LogError("stampede ps-plan: %s\n", error.c_str());
     return 2;
   }
   std::fputs(ps::PlacementText(ps::PlacementFromConfig(cfg, model->layout())).c_str(), stdout);

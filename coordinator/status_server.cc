@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "base/log.h"
 #include "coordinator/local_launcher.h"
 #include "base/signals.h"
 #include "wire/zmq_util.h"
@@ -16,7 +17,7 @@ bool Bind(zmq::socket_t& socket, const std::string& endpoint, const char* what, 
     socket.bind(endpoint);
     return true;
   } catch (const zmq::error_t& e) {
-    std::fprintf(stderr, "stampede: cannot bind the coordinator's %s %s (%s): %s\n", what, endpoint.c_str(), field,
+    base::LogError("stampede: cannot bind the coordinator's %s %s (%s): %s\n", what, endpoint.c_str(), field,
                  e.what());
     return false;
   }

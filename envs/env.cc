@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include "base/log.h"
 #include "base/mutex.h"
 
 namespace stampede::envs {
@@ -203,7 +204,7 @@ bool RegisterEnv(const std::string& name, EnvFactory factory) {
   Registry& r = R();
   base::MutexLock lock(r.mu);
   if (!r.envs.emplace(name, std::move(factory)).second) {
-    std::fprintf(stderr, "stampede: environment \"%s\" registered twice\n", name.c_str());
+    base::LogInfo("stampede: environment \"%s\" registered twice\n", name.c_str());
     std::abort();
   }
   return true;

@@ -1,3 +1,4 @@
+#include "base/log.h"
 #include "learner/impl.h"
 
 namespace stampede::learner {
@@ -194,7 +195,7 @@ bool Learner::Start(std::string* error) {
       version_ = std::max(version_.load(), ps_version + 1);
       steps_ = version_.load();
     }
-    std::fprintf(stderr, "learner: restarted: %s; the PS serves version %lld; %s %lld\n",
+    base::LogInfo("learner: restarted: %s; the PS serves version %lld; %s %lld\n",
                  m.cfg.learner().restore_from().empty()
                      ? "no checkpoint yet, fresh parameters"
                      : ("restored version " + std::to_string(restored) + " from " + m.cfg.learner().restore_from()).c_str(),

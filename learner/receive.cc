@@ -1,3 +1,4 @@
+#include "base/log.h"
 #include "learner/impl.h"
 
 namespace stampede::learner {
@@ -83,7 +84,7 @@ void Learner::Impl::Drop(const std::vector<zmq::message_t>& parts, wire::DropRea
   base::MutexLock lock(mu);
   int64_t unlogged = 0;
   if (!drop_log.Allow(wire::DropReasonName(reason), &unlogged)) return;
-  std::fprintf(stderr, "learner: dropped a trajectory from actor %d (%s): %s%s\n", actor,
+  base::LogInfo("learner: dropped a trajectory from actor %d (%s): %s%s\n", actor,
                wire::DropReasonName(reason), detail.c_str(), wire::LogLimiter::More(unlogged).c_str());
 }
 

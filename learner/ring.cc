@@ -8,6 +8,7 @@
 
 #include <zmq.hpp>
 
+#include "base/log.h"
 #include "wire/auth.h"
 #include "wire/log_limit.h"
 #include "wire/messages.pb.h"
@@ -88,7 +89,7 @@ struct Ring::Impl {
     ++stats.dropped;
     int64_t unlogged = 0;
     if (drop_log.Allow("dropped", &unlogged)) {
-      std::fprintf(stderr, "learner %d: allreduce: dropped a message: %s%s\n", opt.rank, why.c_str(),
+      base::LogInfo("learner %d: allreduce: dropped a message: %s%s\n", opt.rank, why.c_str(),
                    wire::LogLimiter::More(unlogged).c_str());
     }
   }

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "base/log.h"
 #include "learner/learner.h"
 #include "wire/auth.h"
 #include "wire/config.h"
@@ -51,7 +52,7 @@ base::Status RunLearnerRole(const config::Config& cfg, int task_index, int resta
       return base::Internal("final checkpoint failed: " + error);
     }
     if (task_index == 0) {
-      std::fprintf(stderr, "learner: final checkpoint at version %lld written to %s/checkpoint.bin\n",
+      base::LogInfo("learner: final checkpoint at version %lld written to %s/checkpoint.bin\n",
                    (long long)learner.policy_version(), cfg.run_dir().c_str());
     }
   }

@@ -1,3 +1,4 @@
+#include "base/log.h"
 #include "learner/impl.h"
 
 namespace stampede::learner {
@@ -52,7 +53,7 @@ class Learner::Impl::RelayUpdater : public Updater {
     }
     std::string error;
     wire::TraceSpan span("checkpoint", "learner");
-    if (!m_.SaveCheckpoint(&error)) std::fprintf(stderr, "learner: checkpoint failed: %s\n", error.c_str());
+    if (!m_.SaveCheckpoint(&error)) base::LogError("learner: checkpoint failed: %s\n", error.c_str());
     last_checkpoint_ = Clock::now();
   }
 
@@ -117,7 +118,7 @@ class Learner::Impl::ShardedUpdater : public Updater {
     std::string error;
     if (m_.PollShardedCheckpoint(&error)) last_checkpoint_ = Clock::now();
     if (!error.empty()) {
-      std::fprintf(stderr, "learner: checkpoint failed: %s\n", error.c_str());
+      base::LogError("learner: checkpoint failed: %s\n", error.c_str());
       base::MutexLock lock(m_.mu);
       m_.checkpoint_error = error;
       ++m_.checkpoint_failures;
@@ -165,7 +166,7 @@ class Learner::Impl::AllreduceUpdater : public Updater {
     const base::Status s = m_.ring->Rendezvous(&st, chief_ ? m_.version_floor : 0, !ever_formed_, &plan, &m_.stop);
     if (!s.ok()) {
       if (s.code() != base::Code::kCancelled) {
-        std::fprintf(stderr, "learner %d: allreduce: %s; trying again\n", m_.index, s.message().c_str());
+        base::LogInfo("learner %d: allreduce: %s; trying again\n", m_.index, s.message().c_str());
       }
       return false;
     }
@@ -181,7 +182,7 @@ class Learner::Impl::AllreduceUpdater : public Updater {
     }
     std::string who;
     for (int l : members_) who += (who.empty() ? "" : ",") + std::to_string(l);
-    std::fprintf(stderr, "learner %d: allreduce: ring %lld formed: learners %s at version %lld (state of learner %d)\n",
+    base::LogInfo("learner %d: allreduce: ring %lld formed: learners %s at version %lld (state of learner %d)\n",
                  m_.index, (long long)plan.generation, who.c_str(), (long long)st.version, plan.source);
     formed_ = ever_formed_ = true;
     return true;
@@ -223,7 +224,7 @@ class Learner::Impl::AllreduceUpdater : public Updater {
       if (!st.ok()) {
         // A learner gone, or one joining: this step is dropped (nobody applies it) and the
         // ring is formed again before the next.
-        std::fprintf(stderr, "learner %d: allreduce: %s; forming the ring again\n", m_.index, st.message().c_str());
+        base::LogInfo("learner %d: allreduce: %s; forming the ring again\n", m_.index, st.message().c_str());
         formed_ = false;
         return true;
       }
@@ -266,7 +267,7 @@ class Learner::Impl::AllreduceUpdater : public Updater {
 };
 
 void Learner::Impl::Fail(const base::Status& status) {
-  std::fprintf(stderr, "learner %d: %s\n", index, status.message().c_str());
+  base::LogInfo("learner %d: %s\n", index, status.message().c_str());
   base::MutexLock lock(mu);
   failure = status;
 }
@@ -419,7 +420,7 @@ bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
       continue;
     }
     // Not a failure: the restarted shard will answer the next round.
-    std::fprintf(stderr, "learner: checkpoint %s abandoned: ps %d was restarted before it wrote its part\n",
+    base::LogInfo("learner: checkpoint %s abandoned: ps %d was restarted before it wrote its part\n",
                  ckpt_dir.c_str(), s);
     std::error_code ec;
     std::filesystem::remove_all(ckpt_dir, ec);
@@ -474,7 +475,7 @@ void Learner::Impl::CountSkippedStep() {
   // Counted, said once in a while; training goes on with the next batch.
   base::MutexLock lock(mu);
   if (skipped_steps++ % 1000 == 0) {
-    std::fprintf(stderr, "learner: skipped a step with a non-finite loss or gradient (%lld so far)\n",
+    base::LogInfo("learner: skipped a step with a non-finite loss or gradient (%lld so far)\n",
                  (long long)skipped_steps);
   }
 }

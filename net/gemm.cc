@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "base/log.h"
 #include "base/mutex.h"
 #include "base/thread_annotations.h"
 #include "net/onednn_conv.h"
@@ -201,7 +202,7 @@ void Log(const GemmChoice& c, const GemmShape& measured) {
     std::snprintf(buf, sizeof buf, "%s%s %.1f", all.empty() ? "" : ", ", name.c_str(), g);
     all += buf;
   }
-  std::fprintf(stderr, "gemm: %s -> %s (GFLOP/s at %s: %s)\n", c.shape.Text().c_str(), c.backend.c_str(),
+  base::LogInfo("gemm: %s -> %s (GFLOP/s at %s: %s)\n", c.shape.Text().c_str(), c.backend.c_str(),
                measured.Text().c_str(), all.c_str());
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "net/from_config.h"
 #include "ps/checkpoints.h"
 #include "ps/shard.h"
@@ -55,7 +56,7 @@ base::Status RunPsRole(const config::Config& cfg, int task_index, int restarts, 
     FoundCheckpoint found;
     std::vector<std::string> warnings;
     const bool have = FindNewestCheckpoint(cfg.run_dir() + "/checkpoints", &found, &warnings);
-    for (const auto& w : warnings) std::fprintf(stderr, "ps %d: WARNING: %s\n", task_index, w.c_str());
+    for (const auto& w : warnings) base::LogWarning("ps %d: WARNING: %s\n", task_index, w.c_str());
     if (have) {
       auto part = std::make_shared<ShardPart>();
       std::string bytes;
@@ -75,7 +76,7 @@ base::Status RunPsRole(const config::Config& cfg, int task_index, int restarts, 
                                      usable.message());
       }
       const int64_t mark = ReadVersionMark(opt.version_mark_path);
-      std::fprintf(stderr, "ps %d: restored the parameters and optimizer state of version %lld from %s%s; serving them as version %lld\n",
+      base::LogInfo("ps %d: restored the parameters and optimizer state of version %lld from %s%s; serving them as version %lld\n",
                    task_index, (long long)part->version, found.dir.c_str(), restarts > 0 ? " after a restart" : "",
                    (long long)std::max(part->version, mark));
       opt.restore = part;
@@ -113,7 +114,7 @@ base::Status RunPsRole(const config::Config& cfg, int task_index, int restarts, 
     // number on from exactly there.
     if (const base::Status marked = WriteVersionMark(opt.version_mark_path, shard.stats().newest_version.load());
         !marked.ok()) {
-      std::fprintf(stderr, "ps %d: %s\n", task_index, marked.message().c_str());
+      base::LogInfo("ps %d: %s\n", task_index, marked.message().c_str());
     }
   }
   report("stopped");

@@ -1,4 +1,5 @@
 #include "ps/shard.h"
+#include "base/log.h"
 #include "wire/trace.h"
 
 #include <cstdio>
@@ -39,7 +40,7 @@ void Shard::Refuse(Refusal why, const std::string& detail) {
   ++stats_.bad_requests;
   int64_t unlogged = 0;
   if (log_limiter_.Allow(RefusalName(why), &unlogged)) {
-    std::fprintf(stderr, "ps %d: refused a request (%s): %s%s\n", opt_.shard, RefusalName(why), detail.c_str(),
+    base::LogError("ps %d: refused a request (%s): %s%s\n", opt_.shard, RefusalName(why), detail.c_str(),
                  wire::LogLimiter::More(unlogged).c_str());
   }
 }
@@ -176,7 +177,7 @@ void Shard::Publish(int64_t version, const float* values) {
     if (const base::Status marked = WriteVersionMark(opt_.version_mark_path, version + kBlock); marked.ok()) {
       version_mark_ = version + kBlock;
     } else {
-      std::fprintf(stderr, "ps %d: cannot write the version mark: %s\n", opt_.shard, marked.message().c_str());
+      base::LogError("ps %d: cannot write the version mark: %s\n", opt_.shard, marked.message().c_str());
     }
   }
   auto snap = std::make_shared<Snapshot>();
@@ -189,7 +190,7 @@ void Shard::Publish(int64_t version, const float* values) {
     // The recovery benchmark (tools/bench_recovery.sh) reads this line.
     const double unix_time =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    std::fprintf(stderr, "ps %d: version %lld, the first new one since the restore, at unix time %.3f\n", opt_.shard,
+    base::LogInfo("ps %d: version %lld, the first new one since the restore, at unix time %.3f\n", opt_.shard,
                  (long long)version, unix_time);
     restored_version_ = -1;
   }

@@ -19,6 +19,7 @@
 #include "base/cpu.h"
 #include "base/huge_pages.h"
 #include "actors/env_source.h"
+#include "base/log.h"
 #include "envs/minatar.h"
 #include "envs/python_env.h"
 #include "envs/vector_env.h"
@@ -102,7 +103,7 @@ class Copies {
     if (n_ <= 1) return;
     void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) {
-      std::fprintf(stderr, "bench: --copies: cannot map shared memory: %s\n", std::strerror(errno));
+      base::LogError("bench: --copies: cannot map shared memory: %s\n", std::strerror(errno));
       n_ = 1;
       return;
     }
@@ -118,7 +119,7 @@ class Copies {
         return;
       }
       if (pid < 0) {
-        std::fprintf(stderr, "bench: --copies: fork failed: %s; measuring with %d processes\n", std::strerror(errno), i);
+        base::LogError("bench: --copies: fork failed: %s; measuring with %d processes\n", std::strerror(errno), i);
         n_ = i;  // the meetings wait for the processes that exist
         break;
       }
@@ -143,7 +144,7 @@ class Copies {
     shared_->arrived.fetch_add(1);
     for (int waited_ms = 0; shared_->arrived.load() < target; ++waited_ms) {
       if (waited_ms > 60000) {
-        std::fprintf(stderr, "bench: --copies: a copy did not reach part %d within 60 s\n", meetings_);
+        base::LogError("bench: --copies: a copy did not reach part %d within 60 s\n", meetings_);
         return false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -184,7 +185,7 @@ int RunBench(const BenchOptions& opt) {
   LoadedConfig loaded;
   std::string error;
   if (!LoadConfig(opt.config_path, opt.sets, &loaded, &error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
+    base::LogError("%s\n", error.c_str());
     return 2;
   }
   config::Config cfg = loaded.config;
@@ -198,7 +199,7 @@ int RunBench(const BenchOptions& opt) {
     const int E = cfg.actors().envs_per_actor();
     auto env = envs::MakeVectorEnv(actors::EnvSourceFromConfig(cfg), E, &error);
     if (!env) {
-      std::fprintf(stderr, "%s\n", error.c_str());
+      base::LogError("%s\n", error.c_str());
       return 2;
     }
     const size_t obs_bytes = size_t(env->spec().obs_bytes());
@@ -251,7 +252,7 @@ int RunBench(const BenchOptions& opt) {
     *with_spec.mutable_env()->mutable_resolved_spec() = actors::SpecToProto(env->spec());
     wire::StepShape shape;
     if (!ResolvedStepShape(with_spec, &shape, &error)) {
-      std::fprintf(stderr, "%s\n", error.c_str());
+      base::LogError("%s\n", error.c_str());
       return 2;
     }
     const int64_t bytes = wire::TrajectoryBytes(cfg.actors().unroll_length(), E, shape);
@@ -269,7 +270,7 @@ int RunBench(const BenchOptions& opt) {
   {
     auto core = actors::ActorCore::Create(cfg, 0, &error);
     if (!core) {
-      std::fprintf(stderr, "%s\n", error.c_str());
+      base::LogError("%s\n", error.c_str());
       return 2;
     }
     std::vector<float> params(core->param_count());
@@ -323,7 +324,7 @@ int RunBench(const BenchOptions& opt) {
   {
     auto core = actors::ActorCore::Create(cfg, 0, &error);
     if (!core) {
-      std::fprintf(stderr, "%s\n", error.c_str());
+      base::LogError("%s\n", error.c_str());
       return 2;
     }
     auto model = net::MakeCpuModel<float>(core->net_spec());
@@ -403,7 +404,7 @@ int RunBench(const BenchOptions& opt) {
       ro.quiet = true;
       coordinator::RunResult r = coordinator::RunCoordinator(fleet, ro);
       if (r.exit_code != 0) {
-        std::fprintf(stderr, "bench: fleet run failed (exit %d), see %s\n", r.exit_code, r.run_dir.c_str());
+        base::LogError("bench: fleet run failed (exit %d), see %s\n", r.exit_code, r.run_dir.c_str());
         return r.exit_code;
       }
       fps_by_curve[curve ? 0 : 1] = r.env_frames / r.wall_seconds;
@@ -628,7 +629,7 @@ int RunGpuBench(const BenchOptions& opt) {
   std::string why;
   const int devices = net::cuda::DeviceCount(&why);
   if (devices == 0) {
-    std::fprintf(stderr, "stampede bench --gpu: %s\n", why.c_str());
+    base::LogInfo("stampede bench --gpu: %s\n", why.c_str());
     return 3;
   }
   net::ModelSpec spec;
@@ -645,7 +646,7 @@ int RunGpuBench(const BenchOptions& opt) {
   std::string error;
   auto gpu = net::cuda::Trainer::Create(spec, 0, to, &error);
   if (!gpu) {
-    std::fprintf(stderr, "stampede bench --gpu: %s\n", error.c_str());
+    base::LogError("stampede bench --gpu: %s\n", error.c_str());
     return 3;
   }
   const int64_t N = gpu->layout().total_size();

@@ -12,6 +12,7 @@
 
 #include <zmq.hpp>
 
+#include "base/log.h"
 #include "ps/client.h"
 #include "ps/placement.h"
 #include "ps/shard.h"
@@ -41,7 +42,7 @@ double Broadcast(int64_t floats, int shards, int clients, int rounds, bool bfloa
     servers.push_back(std::make_unique<ps::Shard>(*shard_ctx.back(), so));
     std::string error;
     if (!servers.back()->Bind("tcp://127.0.0.1:*", &error)) {
-      std::fprintf(stderr, "bench: %s\n", error.c_str());
+      base::LogError("bench: %s\n", error.c_str());
       return -1;
     }
     endpoints.push_back(servers.back()->endpoint());

@@ -3,6 +3,7 @@
 // 512^3 and every product of the shallow CNN and deep ResNet learner steps (the Pong
 // config's B = 16, T = 20, convolutions as im2col products), and which backend
 // net.gemm_backend "auto" chooses for each, against the fastest.
+#include "base/log.h"
 #include "tools/bench.h"
 
 #include <algorithm>
@@ -90,7 +91,7 @@ int RunGemmBench(const BenchOptions& opt) {
   const net::ConvBackend conv = net::GetConvBackend();
   net::SetConvBackend(net::ConvBackend::kEigen);
   std::string why;
-  if (!net::SetGemmBackend("eigen", &why)) std::fprintf(stderr, "bench: %s\n", why.c_str());
+  if (!net::SetGemmBackend("eigen", &why)) base::LogInfo("bench: %s\n", why.c_str());
   struct Group {
     std::string name;
     std::vector<net::GemmShape> shapes;
@@ -99,7 +100,7 @@ int RunGemmBench(const BenchOptions& opt) {
                                {"shallow CNN learner step (B=16, T=20)", LearnerStepShapes(std::string(net::kShallowCnn))},
                                {"deep ResNet learner step (B=16, T=20)", LearnerStepShapes(std::string(net::kDeepResNet))}};
   net::SetConvBackend(conv);
-  if (!net::SetGemmBackend("auto", &why)) std::fprintf(stderr, "bench: %s\n", why.c_str());
+  if (!net::SetGemmBackend("auto", &why)) base::LogInfo("bench: %s\n", why.c_str());
   size_t count = 0;
   for (const Group& g : groups) count += g.shapes.size();
   const double per = std::max(0.1, opt.seconds / double(count));

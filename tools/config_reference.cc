@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "wire/config.pb.h"
 #include "wire/config_detail.h"
 
@@ -93,7 +94,7 @@ std::string Comment(const pb::Descriptor* d, const pb::FieldDescriptor* f, const
 int main(int argc, char** argv) {
   const bool strict = argc == 3 && std::string(argv[1]) == "--strict";
   if (argc != 2 && !strict) {
-    std::fprintf(stderr, "usage: %s [--strict] CONFIG_DESC (the descriptor set protoc wrote with --include_source_info)\n",
+    stampede::base::LogError("usage: %s [--strict] CONFIG_DESC (the descriptor set protoc wrote with --include_source_info)\n",
                  argv[0]);
     return 2;
   }
@@ -101,19 +102,19 @@ int main(int argc, char** argv) {
   std::ifstream in(desc_path, std::ios::binary);
   pb::FileDescriptorSet set;
   if (!in || !set.ParseFromIstream(&in)) {
-    std::fprintf(stderr, "%s: not a readable descriptor set\n", desc_path);
+    stampede::base::LogError("%s: not a readable descriptor set\n", desc_path);
     return 2;
   }
   pb::DescriptorPool pool;
   for (const auto& file : set.file()) {
     if (pool.BuildFile(file) == nullptr) {
-      std::fprintf(stderr, "%s: %s does not build\n", desc_path, file.name().c_str());
+      stampede::base::LogError("%s: %s does not build\n", desc_path, file.name().c_str());
       return 2;
     }
   }
   const pb::Descriptor* root = pool.FindMessageTypeByName("stampede.config.Config");
   if (root == nullptr) {
-    std::fprintf(stderr, "%s: no stampede.config.Config\n", desc_path);
+    stampede::base::LogInfo("%s: no stampede.config.Config\n", desc_path);
     return 2;
   }
   // The compiled schema's twin of each field: its options (ranges) are typed there.
@@ -162,8 +163,8 @@ int main(int argc, char** argv) {
   }
   std::fputs(out.str().c_str(), stdout);
   if (strict && !undocumented.empty()) {
-    std::fprintf(stderr, "%zu fields of wire/config.proto have no doc comment:\n", undocumented.size());
-    for (const auto& name : undocumented) std::fprintf(stderr, "  %s\n", name.c_str());
+    stampede::base::LogInfo("%zu fields of wire/config.proto have no doc comment:\n", undocumented.size());
+    for (const auto& name : undocumented) stampede::base::LogInfo("  %s\n", name.c_str());
     return 1;
   }
   return 0;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "actors/evaluate.h"
+#include "base/log.h"
 #include "learner/checkpoint.h"
 #include "net/from_config.h"
 #include "net/onnx_export.h"
@@ -160,7 +161,7 @@ int RunEvalCommand(const EvalOptions& opt, const std::string& self_exe) {
   std::vector<EvalTaskResult> results;
   std::string error;
   if (!Evaluate(opt, self_exe, &results, &error)) {
-    std::fprintf(stderr, "stampede eval: %s\n", error.c_str());
+    base::LogError("stampede eval: %s\n", error.c_str());
     return 2;
   }
   std::printf("stampede eval: %s, %d episodes per task, %s policy\n", opt.checkpoint.c_str(), opt.episodes,
@@ -349,7 +350,7 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   std::string error;
   learner::CheckpointData d;
   if (!base::ReportTo(learner::LoadCheckpoint(checkpoint, &d), &error)) {
-    std::fprintf(stderr, "stampede export: %s\n", error.c_str());
+    base::LogError("stampede export: %s\n", error.c_str());
     return 2;
   }
   // The layout comes from the run's config (checked against the checkpoint's fingerprint).
@@ -358,11 +359,11 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   std::unique_ptr<net::Model<float>> net;
   if (!LoadEvalConfig(checkpoint, config_path, coordinator::SelfExePath(), &cfg, &error) || !ResolvedStepShape(cfg, &shape, &error) ||
       !(net = net::MakeModelFromConfig(cfg, shape, &error))) {
-    std::fprintf(stderr, "stampede export: %s\n", error.c_str());
+    base::LogError("stampede export: %s\n", error.c_str());
     return 2;
   }
   if (!LoadParams(checkpoint, net->layout(), &d, &error)) {
-    std::fprintf(stderr, "stampede export: %s\n", error.c_str());
+    base::LogError("stampede export: %s\n", error.c_str());
     return 2;
   }
   auto ends_with = [&](const std::string& ext) {
@@ -372,7 +373,7 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
     // The policy from the network's layer list (net/onnx_export.h).
     auto bytes = net::ExportOnnx(net->spec(), d.params);
     if (!bytes.ok() || !wire::WriteFileAtomically(out_path, *bytes, &error)) {
-      std::fprintf(stderr, "stampede export: %s\n", bytes.ok() ? error.c_str() : bytes.status().message().c_str());
+      base::LogError("stampede export: %s\n", bytes.ok() ? error.c_str() : bytes.status().message().c_str());
       return 2;
     }
     std::printf("stampede export: the policy (%s%s, %lld parameters, version %lld) as ONNX to %s: inputs observation%s, "
@@ -383,7 +384,7 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
     return 0;
   }
   if (!ends_with(".npz")) {
-    std::fprintf(stderr, "stampede export: %s: the format comes from the extension, .onnx (the policy) or .npz (the tensors)\n",
+    base::LogInfo("stampede export: %s: the format comes from the extension, .onnx (the policy) or .npz (the tensors)\n",
                  out_path.c_str());
     return 2;
   }
@@ -403,7 +404,7 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   std::string net_text = ConfigToText(cfg);
   zip.Add("__config__.npy", Npy("|S" + std::to_string(std::max<size_t>(1, net_text.size())), {}, net_text));
   if (!wire::WriteFileAtomically(out_path, zip.Finish(), &error)) {
-    std::fprintf(stderr, "stampede export: %s\n", error.c_str());
+    base::LogError("stampede export: %s\n", error.c_str());
     return 2;
   }
   std::printf("stampede export: %zu tensors (%lld parameters, version %lld) to %s\n", net->layout().tensors().size(),

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "actors/actor.h"
+#include "base/log.h"
 #include "ps/placement.h"
 #include "learner/checkpoint.h"
 #include "net/model.h"
@@ -112,7 +113,7 @@ int ForgePuts(Attacker& a, bool nan, int count) {
   std::string error;
   auto core = actors::ActorCore::Create(a.cfg, 0, &error);
   if (!core) {
-    std::fprintf(stderr, "forge: %s\n", error.c_str());
+    base::LogError("forge: %s\n", error.c_str());
     return 2;
   }
   const int S = a.cfg.cluster().ps_size();
@@ -158,7 +159,7 @@ int ForgeTrajectories(Attacker& a, const std::string& kind, int count) {
   std::string error;
   auto core = actors::ActorCore::Create(a.cfg, 0, &error);
   if (!core) {
-    std::fprintf(stderr, "forge: %s\n", error.c_str());
+    base::LogError("forge: %s\n", error.c_str());
     return 2;
   }
   std::vector<float> params(size_t(core->param_count()));
@@ -223,12 +224,12 @@ int PoisonCheckpoint(const std::string& in, const std::string& out) {
   learner::CheckpointData d;
   std::string error;
   if (!base::ReportTo(learner::LoadCheckpoint(in, &d), &error)) {
-    std::fprintf(stderr, "forge: %s\n", error.c_str());
+    base::LogError("forge: %s\n", error.c_str());
     return 2;
   }
   d.params[d.params.size() / 2] = std::numeric_limits<float>::quiet_NaN();
   if (!base::ReportTo(learner::SaveCheckpoint(out, d), &error)) {
-    std::fprintf(stderr, "forge: %s\n", error.c_str());
+    base::LogError("forge: %s\n", error.c_str());
     return 2;
   }
   std::printf("forge: %s with one NaN parameter, valid checksum\n", out.c_str());
@@ -259,7 +260,7 @@ int main(int argc, char** argv) {
   LoadedConfig loaded;
   std::string error;
   if (!LoadConfig(run_dir + "/config.textproto", {}, &loaded, &error)) {
-    std::fprintf(stderr, "forge: %s\n", error.c_str());
+    base::LogError("forge: %s\n", error.c_str());
     return 2;
   }
   a.cfg = loaded.config;
@@ -270,7 +271,7 @@ int main(int argc, char** argv) {
       const std::string own = (std::filesystem::temp_directory_path() / ("stampede-forge-" + std::to_string(::getpid()))).string();
       std::filesystem::remove_all(own);
       if (!wire::GenerateKeys(own, {"outsider"}, &error)) {
-        std::fprintf(stderr, "forge: %s\n", error.c_str());
+        base::LogError("forge: %s\n", error.c_str());
         return 2;
       }
       for (const auto& e : std::filesystem::directory_iterator(keys)) {
@@ -282,7 +283,7 @@ int main(int argc, char** argv) {
       a.curve = wire::Curve::Load(keys, key, &error);
     }
     if (!a.curve) {
-      std::fprintf(stderr, "forge: %s\n", error.c_str());
+      base::LogError("forge: %s\n", error.c_str());
       return 2;
     }
   }
@@ -290,6 +291,6 @@ int main(int argc, char** argv) {
   if (what.rfind("trajectory-", 0) == 0) return ForgeTrajectories(a, what.substr(11), count);
   if (what == "status-budget") return ForgeStatuses(a, false, count, 0);
   if (what == "status-flood") return ForgeStatuses(a, true, count, flood_mb);
-  std::fprintf(stderr, "forge: unknown action %s\n", what.c_str());
+  base::LogInfo("forge: unknown action %s\n", what.c_str());
   return 2;
 }

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "base/log.h"
 #include "coordinator/run.h"
 #include "coordinator/slurm_launcher.h"
 #include "tools/sweep.h"
@@ -119,7 +120,7 @@ exec "$STAMPEDE" run "$config" --run-dir "$run_dir" "${common[@]}"
 int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
   SlurmLaunchOptions opt = opt_in;
   auto fail = [](const std::string& why) {
-    std::fprintf(stderr, "stampede launch slurm: %s\n", why.c_str());
+    base::LogInfo("stampede launch slurm: %s\n", why.c_str());
     return 2;
   };
   if (opt.run_dir.empty()) return fail("--run-dir is required (the job's run directory, on a file system every node shares)");
@@ -150,7 +151,7 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
     auto* cl = cfg.mutable_cluster();
     if (!cl->coordinator().empty() || cl->ps_size() > 0 || !cl->learner().empty() || cl->inference_size() > 0 ||
         cl->allreduce_size() > 0) {
-      std::fprintf(stderr, "stampede launch slurm: cluster endpoints in the config are dropped: the job picks them on its node\n");
+      base::LogInfo("stampede launch slurm: cluster endpoints in the config are dropped: the job picks them on its node\n");
     }
     cl->clear_coordinator();
     cl->clear_control();
@@ -198,7 +199,7 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
   const int status = ::pclose(pipe);
   while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
   if (status != 0) {
-    std::fprintf(stderr, "stampede launch slurm: sbatch failed: %s\n", out.c_str());
+    base::LogError("stampede launch slurm: sbatch failed: %s\n", out.c_str());
     return 1;
   }
   const std::string job = out.substr(0, out.find(';'));

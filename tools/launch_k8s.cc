@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/log.h"
 #include "coordinator/run.h"
 #include "tools/launch.h"
 #include "coordinator/spec.h"
@@ -318,23 +319,23 @@ int LaunchK8s(const K8sLaunchOptions& opt) {
   std::vector<std::pair<std::string, std::string>> files;
   std::string error;
   if (opt.out_dir.empty()) {
-    std::fprintf(stderr, "stampede launch k8s: --out DIR is required\n");
+    base::LogInfo("stampede launch k8s: --out DIR is required\n");
     return 2;
   }
   if (!K8sManifests(opt, &files, &error)) {
-    std::fprintf(stderr, "stampede launch k8s: %s\n", error.c_str());
+    base::LogError("stampede launch k8s: %s\n", error.c_str());
     return 2;
   }
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
   if (ec) {
-    std::fprintf(stderr, "stampede launch k8s: cannot create %s: %s\n", opt.out_dir.c_str(), ec.message().c_str());
+    base::LogError("stampede launch k8s: cannot create %s: %s\n", opt.out_dir.c_str(), ec.message().c_str());
     return 2;
   }
   for (const auto& [name, text] : files) {
     const std::string path = opt.out_dir + "/" + name;
     if (!wire::WriteFileAtomically(path, text, &error)) {
-      std::fprintf(stderr, "stampede launch k8s: %s\n", error.c_str());
+      base::LogError("stampede launch k8s: %s\n", error.c_str());
       return 2;
     }
     if (name == "02-keys.yaml") fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, ec);

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "base/log.h"
 #include "envs/python_env.h"
 #include "wire/atari.h"
 #include "wire/config.h"
@@ -243,7 +244,7 @@ int RunReportCommand(const std::string& run_dir) {
   RunReport r;
   std::string error;
   if (!ComputeReport(run_dir, &r, &error) || !WriteReport(run_dir, r, &error)) {
-    std::fprintf(stderr, "stampede report: %s\n", error.c_str());
+    base::LogError("stampede report: %s\n", error.c_str());
     return 2;
   }
   std::ifstream md(run_dir + "/report.md");
@@ -251,7 +252,7 @@ int RunReportCommand(const std::string& run_dir) {
   text << md.rdbuf();
   std::fputs(text.str().c_str(), stdout);
   if (!PlotReport(run_dir, &error)) {
-    std::fprintf(stderr, "stampede report: report.md and report.csv written, but no curves: %s\n", error.c_str());
+    base::LogError("stampede report: report.md and report.csv written, but no curves: %s\n", error.c_str());
     return 1;
   }
   std::printf("stampede report: %s/report.md, report.csv, report.png\n", run_dir.c_str());

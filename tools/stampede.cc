@@ -12,6 +12,7 @@
 #include "actors/evaluate.h"
 #include "actors/inference.h"
 #include "base/huge_pages.h"
+#include "base/log.h"
 #include "base/signals.h"
 #include "base/status.h"
 #include "coordinator/run.h"
@@ -36,7 +37,7 @@ bool Load(const std::string& path, const std::vector<std::string>& sets,
           stampede::LoadedConfig* out) {
   std::string error;
   if (!stampede::LoadConfig(path, sets, out, &error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
+    stampede::base::LogError("%s\n", error.c_str());
     return false;
   }
   const auto names = stampede::envs::RegisteredEnvs();
@@ -45,7 +46,7 @@ bool Load(const std::string& path, const std::vector<std::string>& sets,
     if (std::find(names.begin(), names.end(), env.name()) != names.end()) return true;
     std::string known;
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    std::fprintf(stderr, "%s: %s: unknown environment \"%s\", expected one of: %s\n",
+    stampede::base::LogInfo("%s: %s: unknown environment \"%s\", expected one of: %s\n",
                  out->Where(path).c_str(), path.c_str(), env.name().c_str(), known.c_str());
     return false;
   };
@@ -58,8 +59,7 @@ bool Load(const std::string& path, const std::vector<std::string>& sets,
 
 bool NeedsEndpoints(const stampede::config::Config& cfg, const char* role) {
   if (!cfg.cluster().learner().empty() && cfg.cluster().ps_size() > 0) return true;
-  std::fprintf(stderr,
-               "stampede %s: cluster.learner and cluster.ps must be set in the config "
+  stampede::base::LogInfo("stampede %s: cluster.learner and cluster.ps must be set in the config "
                "(`stampede run` fills them in RUN_DIR/config.textproto)\n",
                role);
   return false;
@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
     bool known = false;
     for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) known = known || sub->get_name() == name;
     if (!known) {
-      std::fprintf(stderr, "stampede: unknown subcommand \"%s\"\n", name.c_str());
+      stampede::base::LogInfo("stampede: unknown subcommand \"%s\"\n", name.c_str());
       list(stderr);
       return 2;
     }
@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
     stampede::coordinator::RunOptions opt;
     if (!resume_dir.empty()) {
       if (!config_path.empty() || !run_dir.empty()) {
-        std::fprintf(stderr, "stampede run: --resume RUN_DIR takes the run's own config.textproto and directory; "
+        stampede::base::LogInfo("stampede run: --resume RUN_DIR takes the run's own config.textproto and directory; "
                              "give no CONFIG or --run-dir with it\n");
         return 2;
       }
@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
                                               "cluster.allreduce="};
       sets.insert(sets.begin(), fresh.begin(), fresh.end());
     } else if (config_path.empty()) {
-      std::fprintf(stderr, "stampede run: a CONFIG (or --resume RUN_DIR) is required\n");
+      stampede::base::LogInfo("stampede run: a CONFIG (or --resume RUN_DIR) is required\n");
       return 2;
     }
     if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
     if (cl.ps_size() == 0) missing += " cluster.ps";
     if (loaded.config.run_dir().empty()) missing += " run_dir";
     if (!missing.empty()) {
-      std::fprintf(stderr, "stampede coordinator: %s: the processes started elsewhere need fixed endpoints and a run "
+      stampede::base::LogInfo("stampede coordinator: %s: the processes started elsewhere need fixed endpoints and a run "
                            "directory; not set:%s\n", config_path.c_str(), missing.c_str());
       return 2;
     }
@@ -374,7 +374,7 @@ int main(int argc, char** argv) {
     std::string error;
     const auto ids = stampede::wire::RunIdentities(loaded.config);
     if (!stampede::wire::GenerateKeys(keys_dir, ids, &error)) {
-      std::fprintf(stderr, "stampede keys: %s\n", error.c_str());
+      stampede::base::LogError("stampede keys: %s\n", error.c_str());
       return 2;
     }
     std::printf("stampede keys: %zu keypairs in %s (", ids.size(), keys_dir.c_str());
@@ -409,13 +409,14 @@ int main(int argc, char** argv) {
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
     const std::string role = sub->get_name();
+    stampede::base::SetLogRole(role + " " + std::to_string(task_index));
     if (!NeedsEndpoints(loaded.config, role.c_str())) return 2;
     if (!loaded.config.run_dir().empty()) {
       // Started by hand on a host of its own: the run directory it writes to is made here.
       std::error_code ec;
       std::filesystem::create_directories(loaded.config.run_dir(), ec);
       if (ec) {
-        std::fprintf(stderr, "stampede %s: cannot create the run directory %s: %s\n", role.c_str(),
+        stampede::base::LogError("stampede %s: cannot create the run directory %s: %s\n", role.c_str(),
                      loaded.config.run_dir().c_str(), ec.message().c_str());
         return 2;
       }
@@ -425,19 +426,19 @@ int main(int argc, char** argv) {
       const std::string again = restarts > 0 ? "-r" + std::to_string(restarts) : "";
       if (!stampede::wire::Trace::Open(loaded.config.run_dir() + "/trace/" + role + "-" + std::to_string(task_index) + again + ".json",
                                        role + " " + std::to_string(task_index), &error)) {
-        std::fprintf(stderr, "stampede %s: %s\n", role.c_str(), error.c_str());
+        stampede::base::LogError("stampede %s: %s\n", role.c_str(), error.c_str());
       }
     }
     // The role's Status becomes the exit code here and only here (wire::ExitCode); a failure
     // is said once, named after the role.
     auto exit_with = [&](const stampede::base::Status& status) {
-      if (!status.ok()) std::fprintf(stderr, "%s %d: %s\n", role.c_str(), task_index, status.message().c_str());
+      if (!status.ok()) stampede::base::LogError("%s %d: %s\n", role.c_str(), task_index, status.message().c_str());
       return stampede::wire::ExitCode(status);
     };
     if (role == "actor") return exit_with(stampede::actors::RunActor(loaded.config, task_index, stampede::base::StopFlag()));
     if (role == "evaluator") {
       if (loaded.config.evaluation().interval_frames() <= 0) {
-        std::fprintf(stderr, "stampede evaluator: the config has no evaluation (evaluation.interval_frames is 0)\n");
+        stampede::base::LogInfo("stampede evaluator: the config has no evaluation (evaluation.interval_frames is 0)\n");
         return 2;
       }
       return exit_with(stampede::actors::RunEvaluator(loaded.config, task_index, stampede::base::StopFlag()));
@@ -456,7 +457,7 @@ int main(int argc, char** argv) {
       if (inference) {
         inference->Stop();
         const int64_t batches = inference->batches();
-        std::fprintf(stderr, "learner %d: inference server: %lld batches, %.1f envs per batch, %lld requests refused\n",
+        stampede::base::LogError("learner %d: inference server: %lld batches, %.1f envs per batch, %lld requests refused\n",
                      task_index, (long long)batches, batches > 0 ? double(inference->envs()) / double(batches) : 0.0,
                      (long long)inference->errors());
       }

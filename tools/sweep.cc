@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/log.h"
 #include "envs/python_env.h"
 #include "wire/config.h"
 
@@ -139,7 +140,7 @@ int RunSweep(const SweepOptions& opt) {
   std::string error;
   std::vector<std::vector<std::string>> points;
   if (!GridPoints(opt.grids, &points, &error)) {
-    std::fprintf(stderr, "stampede sweep: %s\n", error.c_str());
+    base::LogError("stampede sweep: %s\n", error.c_str());
     return 2;
   }
   std::vector<std::string> fields;  // the tables' columns: each grid's field
@@ -152,7 +153,7 @@ int RunSweep(const SweepOptions& opt) {
     sets.insert(sets.end(), p.begin(), p.end());
     LoadedConfig loaded;
     if (!LoadConfig(opt.config_path, sets, &loaded, &error)) {
-      std::fprintf(stderr, "stampede sweep: point %s: %s\n", p.empty() ? "(none)" : p[0].c_str(), error.c_str());
+      base::LogError("stampede sweep: point %s: %s\n", p.empty() ? "(none)" : p[0].c_str(), error.c_str());
       return 2;
     }
     if (!has_target && loaded.config.stop().target_return() != 0) {

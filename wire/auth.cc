@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/log.h"
 #include "wire/config.pb.h"
 #include "wire/log_limit.h"
 
@@ -315,7 +316,7 @@ bool ZapHandler::Rescan() {
   std::map<std::string, std::string> peers;
   std::string error;
   if (!ReadPublicKeys(keys_dir_, &peers, &error)) {
-    std::fprintf(stderr, "%s: the keys directory changed but cannot be read again (the keys known stay): %s\n",
+    base::LogError("%s: the keys directory changed but cannot be read again (the keys known stay): %s\n",
                  log_prefix_.c_str(), error.c_str());
     return false;
   }
@@ -395,7 +396,7 @@ void ZapHandler::Serve() {
     if (!ok) {
       int64_t unlogged = 0;
       if (limiter.Allow(domain, &unlogged)) {
-        std::fprintf(stderr, "%s: refused a connection to the '%s' socket from %s: %s%s\n", log_prefix_.c_str(),
+        base::LogError("%s: refused a connection to the '%s' socket from %s: %s%s\n", log_prefix_.c_str(),
                      domain.c_str(), address.c_str(), why.c_str(), LogLimiter::More(unlogged).c_str());
       }
     }

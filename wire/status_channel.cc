@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "base/log.h"
 #include "wire/auth.h"
 #include "wire/zmq_util.h"
 
@@ -56,15 +57,14 @@ void StatusChannel::Listen() {
     const bool mine = c.stop() && (c.stop_role() == ROLE_UNSPECIFIED || c.stop_role() == me.role()) &&
                       (c.stop_index() < 0 || c.stop_index() == me.task_index());
     if (mine && stop_ != nullptr && !stop_->load()) {
-      std::fprintf(stderr, "%s %d: the coordinator stops the run: %s\n", RoleName(me.role()), me.task_index(),
+      base::LogInfo("%s %d: the coordinator stops the run: %s\n", RoleName(me.role()), me.task_index(),
                    c.reason().c_str());
       stop_->store(true);
     }
   }
   if (now - last_heard_ > kUnreachableAfter && now - last_warned_ > kWarnEvery) {
     last_warned_ = now;
-    std::fprintf(stderr,
-                 "%s %d: nothing from the coordinator at %s for %.0f s: is `stampede coordinator` (or `stampede "
+    base::LogInfo("%s %d: nothing from the coordinator at %s for %.0f s: is `stampede coordinator` (or `stampede "
                  "run`) running, and can this host reach it (cluster.coordinator, cluster.control)?\n",
                  RoleName(status_.sender().role()), status_.sender().task_index(), control_endpoint_.c_str(),
                  std::chrono::duration<double>(now - last_heard_).count());
