@@ -72,10 +72,10 @@ for mode in "${MODES[@]}"; do
     if [[ $verdict == FAIL ]]; then
       # Everything needed to tell why, since the run directory goes with WORK.
       echo "chaos: the run's stop reason: $(json "$S" "d.get('stop_reason', '')")"
-      echo "chaos: the run's stderr ends:" && grep -v "^\[\|^gemm:" "$D.out" | tail -15 | sed 's/^/    /'
+      echo "chaos: the run's stderr ends:" && grep -v "^\[\|\] gemm: " "$D.out" | tail -15 | sed 's/^/    /'
       for log in "$D"/logs/*.log; do
         [[ -f $log ]] || continue
-        echo "chaos: ${log#"$D"/} ends:" && grep -v "^gemm:" "$log" | tail -5 | sed 's/^/    /'
+        echo "chaos: ${log#"$D"/} ends:" && grep -v "\] gemm: " "$log" | tail -5 | sed 's/^/    /'
       done
       echo "chaos: $(echo "$ckpt" | tail -3 | sed "s|$WORK/||" | paste -sd';' -)"
     fi
