@@ -347,7 +347,7 @@ int RunScaleCommand(const std::string& run_dir, int actors, double timeout_s) {
     return ok ? 0 : 1;
   }
   fs::remove(run_dir + "/" + kScaleRequest, ec);
-  base::LogInfo("stampede scale: no coordinator answered within %.0f s: is the run in %s going?\n", timeout_s,
+  base::LogError("stampede scale: no coordinator answered within %.0f s: is the run in %s going?\n", timeout_s,
                run_dir.c_str());
   return 1;
 }
@@ -381,7 +381,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   }
   if (cfg.cluster().launcher() == "slurm" && !opt.standalone) {
     if (const std::string why = coordinator::SlurmLauncherUnavailable(); !why.empty()) {
-      base::LogInfo("stampede: cluster.launcher \"slurm\": %s\n", why.c_str());
+      base::LogError("stampede: cluster.launcher \"slurm\": %s\n", why.c_str());
       result.exit_code = 2;
       return result;
     }
@@ -416,7 +416,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
       if (checked.ok() && !said.empty()) std::printf("stampede: %s\n", said.c_str());
     }
     if (!checked.ok()) {
-      base::LogInfo("stampede: %s\n", checked.message().c_str());
+      base::LogError("stampede: %s\n", checked.message().c_str());
       result.exit_code = 2;
       return result;
     }
@@ -444,7 +444,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   }
   std::error_code exists_ec;
   if (!opt.resume && fs::exists(cfg.run_dir() + "/metrics.jsonl", exists_ec)) {
-    base::LogInfo("stampede: %s already holds a run (metrics.jsonl); choose another --run-dir or "
+    base::LogError("stampede: %s already holds a run (metrics.jsonl); choose another --run-dir or "
                  "remove it (to continue it: stampede run --resume %s)\n",
                  cfg.run_dir().c_str(), cfg.run_dir().c_str());
     result.exit_code = 2;

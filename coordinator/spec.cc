@@ -171,7 +171,7 @@ int RunPsPlanCommand(config::Config cfg) {
   wire::StepShape shape;
   std::unique_ptr<net::Model<float>> model;
   if (const base::Status resolved = ResolveEnvSpec(SelfExePath(), &cfg); !resolved.ok()) {
-    base::LogInfo("stampede ps-plan: %s\n", resolved.message().c_str());
+    base::LogError("stampede ps-plan: %s\n", resolved.message().c_str());
     return 2;
   }
   if (!ResolvedStepShape(cfg, &shape, &error) ||

@@ -384,7 +384,7 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
     return 0;
   }
   if (!ends_with(".npz")) {
-    base::LogInfo("stampede export: %s: the format comes from the extension, .onnx (the policy) or .npz (the tensors)\n",
+    base::LogError("stampede export: %s: the format comes from the extension, .onnx (the policy) or .npz (the tensors)\n",
                  out_path.c_str());
     return 2;
   }

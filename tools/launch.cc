@@ -120,7 +120,7 @@ exec "$STAMPEDE" run "$config" --run-dir "$run_dir" "${common[@]}"
 int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
   SlurmLaunchOptions opt = opt_in;
   auto fail = [](const std::string& why) {
-    base::LogInfo("stampede launch slurm: %s\n", why.c_str());
+    base::LogError("stampede launch slurm: %s\n", why.c_str());
     return 2;
   };
   if (opt.run_dir.empty()) return fail("--run-dir is required (the job's run directory, on a file system every node shares)");
@@ -151,7 +151,7 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
     auto* cl = cfg.mutable_cluster();
     if (!cl->coordinator().empty() || cl->ps_size() > 0 || !cl->learner().empty() || cl->inference_size() > 0 ||
         cl->allreduce_size() > 0) {
-      base::LogInfo("stampede launch slurm: cluster endpoints in the config are dropped: the job picks them on its node\n");
+      base::LogWarning("stampede launch slurm: cluster endpoints in the config are dropped: the job picks them on its node\n");
     }
     cl->clear_coordinator();
     cl->clear_control();

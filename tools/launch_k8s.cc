@@ -319,7 +319,7 @@ int LaunchK8s(const K8sLaunchOptions& opt) {
   std::vector<std::pair<std::string, std::string>> files;
   std::string error;
   if (opt.out_dir.empty()) {
-    base::LogInfo("stampede launch k8s: --out DIR is required\n");
+    base::LogError("stampede launch k8s: --out DIR is required\n");
     return 2;
   }
   if (!K8sManifests(opt, &files, &error)) {

@@ -46,7 +46,7 @@ bool Load(const std::string& path, const std::vector<std::string>& sets,
     if (std::find(names.begin(), names.end(), env.name()) != names.end()) return true;
     std::string known;
     for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-    stampede::base::LogInfo("%s: %s: unknown environment \"%s\", expected one of: %s\n",
+    stampede::base::LogError("%s: %s: unknown environment \"%s\", expected one of: %s\n",
                  out->Where(path).c_str(), path.c_str(), env.name().c_str(), known.c_str());
     return false;
   };
@@ -59,7 +59,7 @@ bool Load(const std::string& path, const std::vector<std::string>& sets,
 
 bool NeedsEndpoints(const stampede::config::Config& cfg, const char* role) {
   if (!cfg.cluster().learner().empty() && cfg.cluster().ps_size() > 0) return true;
-  stampede::base::LogInfo("stampede %s: cluster.learner and cluster.ps must be set in the config "
+  stampede::base::LogError("stampede %s: cluster.learner and cluster.ps must be set in the config "
                "(`stampede run` fills them in RUN_DIR/config.textproto)\n",
                role);
   return false;
@@ -272,7 +272,7 @@ int main(int argc, char** argv) {
     bool known = false;
     for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) known = known || sub->get_name() == name;
     if (!known) {
-      stampede::base::LogInfo("stampede: unknown subcommand \"%s\"\n", name.c_str());
+      stampede::base::LogError("stampede: unknown subcommand \"%s\"\n", name.c_str());
       list(stderr);
       return 2;
     }
@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
     stampede::coordinator::RunOptions opt;
     if (!resume_dir.empty()) {
       if (!config_path.empty() || !run_dir.empty()) {
-        stampede::base::LogInfo("stampede run: --resume RUN_DIR takes the run's own config.textproto and directory; "
+        stampede::base::LogError("stampede run: --resume RUN_DIR takes the run's own config.textproto and directory; "
                              "give no CONFIG or --run-dir with it\n");
         return 2;
       }
@@ -298,7 +298,7 @@ int main(int argc, char** argv) {
                                               "cluster.allreduce="};
       sets.insert(sets.begin(), fresh.begin(), fresh.end());
     } else if (config_path.empty()) {
-      stampede::base::LogInfo("stampede run: a CONFIG (or --resume RUN_DIR) is required\n");
+      stampede::base::LogError("stampede run: a CONFIG (or --resume RUN_DIR) is required\n");
       return 2;
     }
     if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
     if (cl.ps_size() == 0) missing += " cluster.ps";
     if (loaded.config.run_dir().empty()) missing += " run_dir";
     if (!missing.empty()) {
-      stampede::base::LogInfo("stampede coordinator: %s: the processes started elsewhere need fixed endpoints and a run "
+      stampede::base::LogError("stampede coordinator: %s: the processes started elsewhere need fixed endpoints and a run "
                            "directory; not set:%s\n", config_path.c_str(), missing.c_str());
       return 2;
     }
@@ -438,7 +438,7 @@ int main(int argc, char** argv) {
     if (role == "actor") return exit_with(stampede::actors::RunActor(loaded.config, task_index, stampede::base::StopFlag()));
     if (role == "evaluator") {
       if (loaded.config.evaluation().interval_frames() <= 0) {
-        stampede::base::LogInfo("stampede evaluator: the config has no evaluation (evaluation.interval_frames is 0)\n");
+        stampede::base::LogError("stampede evaluator: the config has no evaluation (evaluation.interval_frames is 0)\n");
         return 2;
       }
       return exit_with(stampede::actors::RunEvaluator(loaded.config, task_index, stampede::base::StopFlag()));
