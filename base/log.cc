@@ -96,13 +96,6 @@ std::string FormatLogLine(LogLevel level, const std::string& role, const std::st
   return line;
 }
 
-void Log(LogLevel level, const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  VLog(level, format, args);
-  va_end(args);
-}
-
 #define STAMPEDE_LOG_AT(name, level)        \
   void name(const char* format, ...) {      \
     va_list args;                           \

@@ -22,13 +22,12 @@ void SetLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
 
 // One line (a trailing newline in the format is not doubled; inner newlines stay).
-void Log(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
 void LogDebug(const char* format, ...) __attribute__((format(printf, 1, 2)));
 void LogInfo(const char* format, ...) __attribute__((format(printf, 1, 2)));
 void LogWarning(const char* format, ...) __attribute__((format(printf, 1, 2)));
 void LogError(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
-// The line Log would write (no trailing newline), for tests.
+// The line the Log functions write (no trailing newline), for tests.
 std::string FormatLogLine(LogLevel level, const std::string& role, const std::string& message, double unix_seconds);
 
 }  // namespace stampede::base

@@ -74,9 +74,13 @@ struct ScaleAnswer {
 };
 
 // What the run directory's sharded checkpoints hold (run.cc reads the disk; the tests fake it).
-struct CheckpointsOnDisk {
-  int64_t next_sequence = 1;   // the sequence a checkpoint started now would get
-  int64_t final_sequence = 0;  // the newest complete checkpoint's, if the ordered stop wrote it (0: not)
+struct CheckpointDisk {
+  // The sequence a checkpoint started now would get (a directory listing): read when a stop
+  // begins.
+  std::function<int64_t()> next_sequence;
+  // The newest complete checkpoint's sequence if the ordered stop wrote it, else 0 (reads and
+  // verifies that checkpoint): read when a learner or shard dies during the stop.
+  std::function<int64_t()> final_sequence;
 };
 
 struct CoreOptions {
@@ -85,10 +89,9 @@ struct CoreOptions {
   bool curve = false;       // a status counts only if its connection's identity is the sender it claims
   std::string config_path;  // for the start event and the standalone hint
   std::string resumed_from;  // --resume: the checkpoint the run continues from
-  // Read when a stop begins and when a learner or shard dies during it: a death after the
-  // chief's final checkpoint is whole on disk loses nothing. Unset: only the chief's exit
-  // 0 says the final checkpoint is complete.
-  std::function<CheckpointsOnDisk()> checkpoints;
+  // A death during the stop after the chief's final checkpoint is whole on disk loses
+  // nothing. Unset: only the chief's exit 0 says the final checkpoint is complete.
+  CheckpointDisk checkpoints;
 };
 
 // The learners' statuses and what the coordinator makes of them.

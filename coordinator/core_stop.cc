@@ -143,7 +143,7 @@ void Core::RequestStop(const std::string& reason, int exit_code, Clock::time_poi
   if (stop_.stopping || finished_) return;
   stop_.stopping = true;
   stop_.reason = reason;
-  if (opt_.checkpoints) stop_.first_sequence = opt_.checkpoints().next_sequence;
+  if (opt_.checkpoints.next_sequence) stop_.first_sequence = opt_.checkpoints.next_sequence();
   result_->exit_code = exit_code;
   if (!opt_.quiet || exit_code != 0) sinks_->Warn("stampede: stopping: " + reason + "\n");
   Event("stop", {{"reason", reason}, {"exit_code", exit_code}}, now);
@@ -159,9 +159,9 @@ void Core::RequestStop(const std::string& reason, int exit_code, Clock::time_poi
 }
 
 bool Core::FinalCheckpointOnDisk() const {
-  if (!opt_.checkpoints || cfg_.run_dir().empty()) return false;
-  const CheckpointsOnDisk d = opt_.checkpoints();
-  return d.final_sequence > 0 && d.final_sequence >= stop_.first_sequence;
+  if (!opt_.checkpoints.final_sequence || cfg_.run_dir().empty()) return false;
+  const int64_t final_sequence = opt_.checkpoints.final_sequence();
+  return final_sequence > 0 && final_sequence >= stop_.first_sequence;
 }
 
 void Core::MaybeRequestEvaluation(int64_t frames, bool final_round, Clock::time_point now) {

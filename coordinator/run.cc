@@ -524,15 +524,13 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     core_opt.curve = curve != nullptr;
     core_opt.config_path = config_path;
     core_opt.resumed_from = resumed_from;
-    core_opt.checkpoints = [root = cfg.run_dir() + "/checkpoints"] {
-      coordinator::CheckpointsOnDisk d;
-      d.next_sequence = ps::NextCheckpointSequence(root);
+    const std::string checkpoints_root = cfg.run_dir() + "/checkpoints";
+    core_opt.checkpoints.next_sequence = [checkpoints_root] { return ps::NextCheckpointSequence(checkpoints_root); };
+    core_opt.checkpoints.final_sequence = [checkpoints_root]() -> int64_t {
       ps::FoundCheckpoint found;
       std::vector<std::string> skipped;
-      if (ps::FindNewestCheckpoint(root, &found, &skipped) && found.manifest.final) {
-        d.final_sequence = found.manifest.sequence;
-      }
-      return d;
+      const bool any = ps::FindNewestCheckpoint(checkpoints_root, &found, &skipped);
+      return any && found.manifest.final ? found.manifest.sequence : 0;
     };
     auto sup = sys.spawn([&](Supervisor* self) {
       auto& st = self->state;

@@ -106,13 +106,18 @@ config::Config TestConfig(int learners = 1, int shards = 1) {
 
 // A core with its fake launcher and sinks, its clock at `t`.
 struct Fixture {
-  // The run directory's checkpoints as the core reads them.
-  CheckpointsOnDisk disk;
+  // The run directory's checkpoints as the core reads them: the sequence a new one would
+  // get, and the newest complete one's if the ordered stop wrote it (0: not).
+  struct {
+    int64_t next_sequence = 1;
+    int64_t final_sequence = 0;
+  } disk;
   explicit Fixture(config::Config cfg, bool standalone = false) {
     CoreOptions opt;
     opt.quiet = true;
     opt.standalone = standalone;
-    opt.checkpoints = [this] { return disk; };
+    opt.checkpoints.next_sequence = [this] { return disk.next_sequence; };
+    opt.checkpoints.final_sequence = [this] { return disk.final_sequence; };
     core = std::make_unique<Core>(cfg, opt, &launcher, &sinks, &result, t, 1.7e9);
     core->Start(t);
   }

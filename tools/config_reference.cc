@@ -82,10 +82,11 @@ std::string Default(const pb::FieldDescriptor& f) {
   }
 }
 
-std::string Comment(const pb::Descriptor* d, const pb::FieldDescriptor* f, const pb::EnumDescriptor* e) {
+// The doc comment of a message, field or enum (leading, else trailing), as one line.
+template <class Described>
+std::string Comment(const Described& d) {
   pb::SourceLocation loc;
-  const bool found = f ? f->GetSourceLocation(&loc) : d ? d->GetSourceLocation(&loc) : e->GetSourceLocation(&loc);
-  if (!found) return "";
+  if (!d.GetSourceLocation(&loc)) return "";
   return OneLine(loc.leading_comments.empty() ? loc.trailing_comments : loc.leading_comments);
 }
 
@@ -142,15 +143,15 @@ int main(int argc, char** argv) {
   std::vector<std::string> undocumented;
   for (const pb::Descriptor* d : order) {
     out << "\n## " << d->name() << "\n\n";
-    if (const std::string c = Comment(d, nullptr, nullptr); !c.empty()) out << c << "\n\n";
+    if (const std::string c = Comment(*d); !c.empty()) out << c << "\n\n";
     out << "| field | type | default | range | what it does |\n| --- | --- | --- | --- | --- |\n";
     const pb::Descriptor* twin = compiled->FindMessageTypeByName(d->full_name());
     for (int k = 0; k < d->field_count(); ++k) {
       const pb::FieldDescriptor* f = d->field(k);
       const pb::FieldDescriptor* tf = twin ? twin->FindFieldByName(f->name()) : nullptr;
       const std::string range = tf ? stampede::config_detail::DeclaredRange(*tf) : "";
-      std::string doc = Comment(nullptr, f, nullptr);
-      if (doc.empty() && f->message_type() != nullptr && !f->is_map()) doc = Comment(f->message_type(), nullptr, nullptr);
+      std::string doc = Comment(*f);
+      if (doc.empty() && f->message_type() != nullptr && !f->is_map()) doc = Comment(*f->message_type());
       if (doc.empty()) undocumented.push_back(f->full_name());
       out << "| `" << f->name() << "` | " << TypeName(*f) << " | " << Default(*f) << " | " << range << " | " << doc
           << " |\n";
@@ -158,7 +159,7 @@ int main(int argc, char** argv) {
   }
   for (const pb::EnumDescriptor* e : enums) {
     out << "\n## " << e->name() << "\n\n";
-    if (const std::string c = Comment(nullptr, nullptr, e); !c.empty()) out << c << "\n\n";
+    if (const std::string c = Comment(*e); !c.empty()) out << c << "\n\n";
     for (int k = 0; k < e->value_count(); ++k) out << "- `" << e->value(k)->name() << "`\n";
   }
   std::fputs(out.str().c_str(), stdout);

@@ -168,9 +168,8 @@ std::optional<OutOfRange> Walk(const pb::Message& m, const std::string& prefix, 
       }
       continue;
     }
-    const std::string range = DeclaredRange(*f);
-    if (range.empty()) continue;
     const pb::FieldOptions& o = f->options();
+    if (!o.HasExtension(config::min) && !o.HasExtension(config::max)) continue;
     const double lo = o.HasExtension(config::min) ? o.GetExtension(config::min) : -HUGE_VAL;
     const double hi = o.HasExtension(config::max) ? o.GetExtension(config::max) : HUGE_VAL;
     const bool lo_open = o.GetExtension(config::min_open), hi_open = o.GetExtension(config::max_open);
@@ -180,7 +179,7 @@ std::optional<OutOfRange> Walk(const pb::Message& m, const std::string& prefix, 
       const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
       if (!ok) {
         return OutOfRange{path, FormatNumber(v) + " is out of range, expected " +
-                                    (IsInteger(*f) ? "an integer" : "a number") + " in " + range};
+                                    (IsInteger(*f) ? "an integer" : "a number") + " in " + DeclaredRange(*f)};
       }
     }
   }
