@@ -88,10 +88,16 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   config::Config with_spec = task_cfg;
   *with_spec.mutable_env()->mutable_resolved_spec() = actual;
   wire::StepShape task_shape;
-  if (!ResolvedStepShape(with_spec, &task_shape, error)) return nullptr;
+  if (const base::Status st = ResolvedStepShape(with_spec, &task_shape); !st.ok()) {
+    *error = st.message();
+    return nullptr;
+  }
   m->shape = task_shape;
   if (cfg.tasks_size() > 0) {
-    if (!ResolvedStepShape(cfg, &m->shape, error)) return nullptr;
+    if (const base::Status st = ResolvedStepShape(cfg, &m->shape); !st.ok()) {
+    *error = st.message();
+    return nullptr;
+  }
     *with_spec.mutable_env()->mutable_resolved_spec() = cfg.env().resolved_spec();
     m->adapter = wire::ObsAdapter(task_shape.obs_shape, m->shape.obs_shape, task_shape.obs_dtype == wire::DType::kUint8,
                                   cfg.suite().obs_rule());
@@ -300,7 +306,7 @@ base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<boo
   std::vector<float> params;
   int64_t version = -1;
   // Central inference: the learner's inference server acts; this actor fetches nothing.
-  const bool central = cfg.actors().inference() == "central";
+  const bool central = InferenceOf(cfg) == config::Inference::central;
   std::unique_ptr<InferenceClient> inference;
   std::unique_ptr<ps::ParamsFetcher> fetcher;
   if (central) {

@@ -38,7 +38,10 @@ std::unique_ptr<EpisodeRunner> EpisodeRunner::Create(const config::Config& cfg, 
                                                      std::string* error) {
   auto m = std::make_unique<Impl>();
   m->E = std::max(1, num_envs);
-  if (!ResolvedStepShape(cfg, &m->shape, error)) return nullptr;
+  if (const base::Status st = ResolvedStepShape(cfg, &m->shape); !st.ok()) {
+    *error = st.message();
+    return nullptr;
+  }
   m->net = net::MakeModelFromConfig(cfg, m->shape, error);
   if (!m->net) return nullptr;
   const config::Config task_cfg = wire::TaskEnvConfig(cfg, task);
@@ -46,7 +49,10 @@ std::unique_ptr<EpisodeRunner> EpisodeRunner::Create(const config::Config& cfg, 
   if (!m->env) return nullptr;
   config::Config with = task_cfg;
   *with.mutable_env()->mutable_resolved_spec() = SpecToProto(m->env->spec());
-  if (!ResolvedStepShape(with, &m->task_shape, error)) return nullptr;
+  if (const base::Status st = ResolvedStepShape(with, &m->task_shape); !st.ok()) {
+    *error = st.message();
+    return nullptr;
+  }
   m->adapter = wire::ObsAdapter(m->task_shape.obs_shape, m->shape.obs_shape,
                                 m->task_shape.obs_dtype == wire::DType::kUint8, cfg.suite().obs_rule());
   m->A = m->net->policy_size();

@@ -439,7 +439,10 @@ bool InferenceServer::Start(std::string* error) {
              std::to_string(m.learner);
     return false;
   }
-  if (!ResolvedStepShape(cfg, &m.shape, error)) return false;
+  if (const base::Status st = ResolvedStepShape(cfg, &m.shape); !st.ok()) {
+    *error = st.message();
+    return false;
+  }
   m.net = net::MakeModelFromConfig(cfg, m.shape, error);
   if (!m.net) return false;
   m.E = cfg.actors().envs_per_actor();

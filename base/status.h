@@ -57,13 +57,6 @@ inline Status DeviceError(std::string message) { return Status(Code::kDevice, st
 inline Status Cancelled(std::string message) { return Status(Code::kCancelled, std::move(message)); }
 inline Status Internal(std::string message) { return Status(Code::kInternal, std::move(message)); }
 
-// For a caller not yet converted, which reports through bool + std::string*: whether
-// `status` is ok, with its message in *error when it is not.
-inline bool ReportTo(const Status& status, std::string* error) {
-  if (!status.ok() && error != nullptr) *error = status.message();
-  return status.ok();
-}
-
 inline const char* CodeName(Code code) {
   switch (code) {
     case Code::kOk: return "ok";
@@ -102,3 +95,21 @@ class [[nodiscard]] StatusOr {
 };
 
 }  // namespace stampede::base
+
+// Returns from the enclosing function (one returning Status or StatusOr) with `expr`'s
+// Status when it failed, as Reverb's and Abseil's macros of these names.
+#define STAMPEDE_STATUS_CONCAT_INNER(a, b) a##b
+#define STAMPEDE_STATUS_CONCAT(a, b) STAMPEDE_STATUS_CONCAT_INNER(a, b)
+#define RETURN_IF_ERROR(expr)                          \
+  do {                                                 \
+    ::stampede::base::Status _stampede_status = (expr); \
+    if (!_stampede_status.ok()) return _stampede_status; \
+  } while (false)
+// `lhs` (a declaration, `auto x`, or an lvalue) gets the value of `rexpr` (a StatusOr),
+// or the enclosing function returns its Status.
+#define ASSIGN_OR_RETURN(lhs, rexpr) \
+  ASSIGN_OR_RETURN_IMPL(STAMPEDE_STATUS_CONCAT(_stampede_statusor_, __LINE__), lhs, rexpr)
+#define ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
+  auto tmp = (rexpr);                          \
+  if (!tmp.ok()) return tmp.status();          \
+  lhs = std::move(tmp).value()

@@ -72,14 +72,23 @@ struct WeightedMean {
 };
 }  // namespace
 
+base::StepFigures StepFiguresOf(const wire::Status& s) {
+  base::StepFigures f;
+  for (size_t i = 0; i < base::kStepMetrics.size(); ++i) {
+    const auto it = s.step_metrics().find(std::string(base::kStepMetrics[i].name));
+    if (it != s.step_metrics().end()) f.at(i) = it->second;
+  }
+  return f;
+}
+
 wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::Status>& learners) {
   if (cfg.learner().num_learners() == 1 && !learners.empty()) return learners.begin()->second;
   const bool sharded = ShardsOwnOptimizer(cfg);
   wire::Status m = learners.begin()->second;  // the chief's (lowest index) identity
   int64_t frames = 0, start = 0, episodes = 0, steps = 0, depth = 0, dropped = 0, skipped = 0, version = 0, lag_max = 0;
   int64_t resets = 0;
-  double wait = 0, pg = 0, baseline = 0, entropy = 0, norm = 0, lag = 0, train = 0;
-  double ev = 0, kl = 0, rho_clipped = 0, update = 0;
+  double wait = 0, lag = 0, train = 0;
+  base::StepFigures metric_sum;
   WeightedMean all;
   std::map<std::string, int64_t> by_reason;
   const int T = wire::NumTasks(cfg);
@@ -98,14 +107,8 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
     resets = std::max(resets, s.allreduce_resets());  // every member's ring has the same generation
     lag_max = std::max(lag_max, s.policy_lag_max());
     wait += s.receive_wait_s();
-    pg += s.pg_loss();
-    baseline += s.baseline_loss();
-    entropy += s.entropy();
-    norm += s.grad_norm();
-    ev += s.explained_variance();
-    kl += s.approx_kl();
-    rho_clipped += s.rho_clip_fraction();
-    update += s.update_to_param_ratio();
+    const base::StepFigures f = StepFiguresOf(s);
+    for (size_t i = 0; i < base::kStepMetrics.size(); ++i) metric_sum.at(i) += f.at(i);
     lag += s.policy_lag_mean();
     train = std::max(train, s.train_seconds());
     all.Add(s.mean_return_100(), s.mean_episode_length_100(), s.returns_counted());
@@ -128,7 +131,7 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
   m.set_episodes(episodes);
   // Sync/async: the shards' version counts the steps; allreduce: every learner takes each
   // step (the same version everywhere), so summing would count each L times.
-  m.set_learner_steps(sharded || cfg.learner().update_mode() == "allreduce" ? version : steps);
+  m.set_learner_steps(sharded || UpdateModeOf(cfg) == config::UpdateMode::allreduce ? version : steps);
   m.set_policy_version(version);
   m.set_queue_depth(int(depth));
   m.set_dropped_trajectories(dropped);
@@ -136,14 +139,12 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
   m.set_allreduce_resets(resets);
   m.set_policy_lag_max(lag_max);
   m.set_receive_wait_s(wait);
-  m.set_pg_loss(pg / n);
-  m.set_baseline_loss(baseline / n);
-  m.set_entropy(entropy / n);
-  m.set_grad_norm(norm / n);
-  m.set_explained_variance(ev / n);
-  m.set_approx_kl(kl / n);
-  m.set_rho_clip_fraction(rho_clipped / n);
-  m.set_update_to_param_ratio(update / n);
+  for (size_t i = 0; i < base::kStepMetrics.size(); ++i) {
+    // kChief: m is the chief's status already.
+    if (base::kStepMetrics[i].merge == base::Merge::kMean) {
+      (*m.mutable_step_metrics())[std::string(base::kStepMetrics[i].name)] = metric_sum.at(i) / n;
+    }
+  }
   m.set_policy_lag_mean(lag / n);
   m.set_train_seconds(train);
   m.set_mean_return_100(all.mean());

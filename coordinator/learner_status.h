@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 
+#include "base/metrics.h"
 #include "coordinator/core.h"
 #include "wire/config.pb.h"
 #include "wire/messages.pb.h"
@@ -21,6 +22,10 @@ std::string Implausible(const config::Config& cfg, const std::map<int, wire::Sta
 // means are weighted by returns counted, the step is the PS's global version (sync and
 // async) or the learners' steps summed (relay). One learner: its status as it is.
 // Targets are met over the learners' windows together once they hold 100 returns.
+// The step metrics (base/metrics.h) each merge as their declaration says.
 wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::Status>& learners);
+
+// A status's step metrics by declaration; 0 for one it does not carry.
+base::StepFigures StepFiguresOf(const wire::Status& s);
 
 }  // namespace stampede::coordinator

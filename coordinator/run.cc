@@ -153,9 +153,9 @@ void ServeScaleRequest(SupervisorState& st) {
   if (!answer.ok) base::LogError("stampede: scale refused: %s\n", answer.message.c_str());
   const nlohmann::json out = {{"id", id}, {"ok", answer.ok}, {"message", answer.message},
                               {"actors", st.core->actors_target()}};
-  std::string error;
-  if (!wire::WriteFileAtomically(st.run_dir + "/" + kScaleAnswer, out.dump() + "\n", &error)) {
-    base::LogError("stampede: cannot answer the scale request: %s\n", error.c_str());
+  if (const base::Status written = wire::WriteFileAtomically(st.run_dir + "/" + kScaleAnswer, out.dump() + "\n");
+      !written.ok()) {
+    base::LogError("stampede: cannot answer the scale request: %s\n", written.message().c_str());
   }
 }
 using Supervisor = caf::stateful_actor<SupervisorState>;
@@ -236,12 +236,14 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt, std::string* s
   // Unix-domain sockets for a run whose roles all start here: the same checks of who
   // connects, without encrypting what never leaves the machine (wire/auth.h).
   const bool loopback = cl->host() == "localhost" || cl->host().rfind("127.", 0) == 0;
-  const bool needs_fresh =
-      cl->coordinator().empty() || cl->control().empty() || cl->learner().empty() || cl->ps_size() == 0 ||
-      (cfg->actors().inference() == "central" && cl->inference_size() == 0) ||
-      (cfg->learner().update_mode() == "allreduce" && cl->allreduce_size() == 0);
+  const bool needs_fresh = cl->coordinator().empty() || cl->control().empty() || cl->learner().empty() ||
+                           cl->ps_size() == 0 ||
+                           (InferenceOf(*cfg) == config::Inference::central && cl->inference_size() == 0) ||
+                           (UpdateModeOf(*cfg) == config::UpdateMode::allreduce && cl->allreduce_size() == 0);
   // Not for `stampede coordinator`: the roles it supervises were started elsewhere, by hand.
-  if (cl->local_transport() == "ipc" && cl->launcher() == "local" && loopback && needs_fresh && !opt.standalone) {
+  if (ChoiceOf<config::LocalTransport>(cl->local_transport()) == config::LocalTransport::ipc &&
+      ChoiceOf<config::Launcher>(cl->launcher()) == config::Launcher::local && loopback && needs_fresh &&
+      !opt.standalone) {
     const char* tmp = std::getenv("TMPDIR");
     std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
     // Room for the longest socket name within the 107 bytes of a socket path.
@@ -268,10 +270,10 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt, std::string* s
   if (cl->ps_size() == 0) {
     for (int s = 0; s < cfg->ps().num_shards(); ++s) cl->add_ps(fresh("ps-" + std::to_string(s)));
   }
-  if (cfg->actors().inference() == "central" && cl->inference_size() == 0) {
+  if (InferenceOf(*cfg) == config::Inference::central && cl->inference_size() == 0) {
     for (int l = 0; l < cfg->learner().num_learners(); ++l) cl->add_inference(fresh("inference-" + std::to_string(l)));
   }
-  if (cfg->learner().update_mode() == "allreduce" && cl->allreduce_size() == 0) {
+  if (UpdateModeOf(*cfg) == config::UpdateMode::allreduce && cl->allreduce_size() == 0) {
     for (int l = 0; l < cfg->learner().num_learners(); ++l) cl->add_allreduce(fresh("allreduce-" + std::to_string(l)));
   }
   if (cfg->run_dir().empty()) {
@@ -289,11 +291,10 @@ bool PrepareResume(config::Config* cfg, std::string* from) {
   const std::string dir = cfg->run_dir();
   learner::ResumePoint point;
   std::vector<std::string> warnings;
-  std::string error;
-  const bool have = learner::FindResumePoint(*cfg, &point, &warnings, &error);
+  const base::Status found = learner::FindResumePoint(*cfg, &point, &warnings);
   for (const auto& w : warnings) base::LogWarning("stampede: WARNING: %s\n", w.c_str());
-  if (!have) {
-    base::LogError("stampede: --resume %s: %s\n", dir.c_str(), error.c_str());
+  if (!found.ok()) {
+    base::LogError("stampede: --resume %s: %s\n", dir.c_str(), found.message().c_str());
     return false;
   }
   if (!point.sharded) cfg->mutable_learner()->set_restore_from(point.from);
@@ -327,9 +328,9 @@ int RunScaleCommand(const std::string& run_dir, int actors, double timeout_s) {
   }
   const std::string id = std::to_string(::getpid()) + "-" + std::to_string(UnixTime());
   const nlohmann::json request = {{"actors", actors}, {"id", id}};
-  std::string error;
-  if (!wire::WriteFileAtomically(run_dir + "/" + kScaleRequest, request.dump() + "\n", &error)) {
-    base::LogError("stampede scale: %s\n", error.c_str());
+  if (const base::Status st = wire::WriteFileAtomically(run_dir + "/" + kScaleRequest, request.dump() + "\n");
+      !st.ok()) {
+    base::LogError("stampede scale: %s\n", st.message().c_str());
     return 2;
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
@@ -355,11 +356,10 @@ int RunScaleCommand(const std::string& run_dir, int actors, double timeout_s) {
 int RunCheckpointsCommand(const config::Config& cfg) {
   learner::ResumePoint point;
   std::vector<std::string> warnings;
-  std::string error;
-  const bool have = learner::FindResumePoint(cfg, &point, &warnings, &error);
+  const base::Status found = learner::FindResumePoint(cfg, &point, &warnings);
   for (const auto& w : warnings) base::LogWarning("stampede: WARNING: %s\n", w.c_str());
-  if (!have) {
-    base::LogError("stampede checkpoints: %s\n", error.c_str());
+  if (!found.ok()) {
+    base::LogError("stampede checkpoints: %s\n", found.message().c_str());
     return 1;
   }
   std::printf("%s: version %lld, %lld env frames (%s)\n", point.from.c_str(), (long long)point.version,
@@ -379,7 +379,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     result.exit_code = 2;
     return result;
   }
-  if (cfg.cluster().launcher() == "slurm" && !opt.standalone) {
+  if (ChoiceOf<config::Launcher>(cfg.cluster().launcher()) == config::Launcher::slurm && !opt.standalone) {
     if (const std::string why = coordinator::SlurmLauncherUnavailable(); !why.empty()) {
       base::LogError("stampede: cluster.launcher \"slurm\": %s\n", why.c_str());
       result.exit_code = 2;
@@ -458,8 +458,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     std::string why = ec ? ec.message() : "";
     if (!ec) {
       const std::string probe = cfg.run_dir() + "/.write-test";
-      std::string error;
-      if (!wire::WriteFileAtomically(probe, std::string(4096, 'x'), &error)) why = error;
+      if (const base::Status st = wire::WriteFileAtomically(probe, std::string(4096, 'x')); !st.ok()) why = st.message();
       std::error_code removed;
       fs::remove(probe, removed);
     }
@@ -500,9 +499,8 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   const std::string config_path = cfg.run_dir() + "/config.textproto";
   {
     // Every process reads this file: without it nothing may start.
-    std::string error;
-    if (!wire::WriteFileAtomically(config_path, ConfigToText(cfg), &error)) {
-      base::LogError("stampede: cannot write the run's config: %s\n", error.c_str());
+    if (const base::Status st = wire::WriteFileAtomically(config_path, ConfigToText(cfg)); !st.ok()) {
+      base::LogError("stampede: cannot write the run's config: %s\n", st.message().c_str());
       result.exit_code = 2;
       return result;
     }
@@ -534,7 +532,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     };
     auto sup = sys.spawn([&](Supervisor* self) {
       auto& st = self->state;
-      if (cfg.cluster().launcher() == "slurm") {
+      if (ChoiceOf<config::Launcher>(cfg.cluster().launcher()) == config::Launcher::slurm) {
         st.launcher = std::make_unique<coordinator::SlurmLauncher>(SelfExePath(), config_path, cfg.run_dir(),
                                                              cfg.cluster().actors_per_node(),
                                                              coordinator::SlurmLayout::FromEnvironment());
@@ -559,11 +557,11 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   }
   if (cfg.trace()) {
     // Every process has exited (and written its trace): one timeline for Perfetto.
-    std::string error;
-    if (wire::MergeTraces(cfg.run_dir() + "/trace", cfg.run_dir() + "/trace.json", &error)) {
+    const base::Status merged = wire::MergeTraces(cfg.run_dir() + "/trace", cfg.run_dir() + "/trace.json");
+    if (merged.ok()) {
       if (!opt.quiet) std::printf("stampede: timeline of every process in %s/trace.json (ui.perfetto.dev)\n", cfg.run_dir().c_str());
     } else {
-      base::LogError("stampede: cannot merge the traces: %s\n", error.c_str());
+      base::LogError("stampede: cannot merge the traces: %s\n", merged.message().c_str());
     }
   }
   return result;

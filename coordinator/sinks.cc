@@ -17,16 +17,16 @@ struct FileSinks::Files {
 namespace {
 // Durable write of a run file; a failure is reported, the run goes on.
 void WriteRunFile(const std::string& path, const std::string& text) {
-  std::string error;
-  if (!wire::WriteFileAtomically(path, text, &error)) base::LogError("stampede: %s\n", error.c_str());
+  if (const base::Status st = wire::WriteFileAtomically(path, text); !st.ok()) {
+    base::LogError("stampede: %s\n", st.message().c_str());
+  }
 }
 }  // namespace
 
 FileSinks::FileSinks(const std::string& run_dir) : run_dir_(run_dir), files_(std::make_unique<Files>()) {
   files_->metrics.open(run_dir + "/metrics.jsonl", std::ios::app);
-  std::string error;
-  if (!files_->tb.Open(run_dir + "/tb", &error)) {
-    base::LogWarning("stampede: WARNING: no TensorBoard events: %s\n", error.c_str());
+  if (const base::Status st = files_->tb.Open(run_dir + "/tb"); !st.ok()) {
+    base::LogWarning("stampede: WARNING: no TensorBoard events: %s\n", st.message().c_str());
   }
 }
 

@@ -57,8 +57,9 @@ int RunSpecCommand(const config::Config& cfg) {
       std::printf("# task %s\n%s", cfg.tasks(t).name().c_str(), text.c_str());
     }
     config::EnvSpec joint;
-    if (code == 0 && !wire::JoinTaskSpecs(resolved, &joint, &error)) {
-      base::LogError("%s\n", error.c_str());
+    const base::Status joined = code == 0 ? wire::JoinTaskSpecs(resolved, &joint) : base::OkStatus();
+    if (!joined.ok()) {
+      base::LogError("%s\n", joined.message().c_str());
       code = 2;
     } else if (code == 0) {
       std::string text;
@@ -126,7 +127,7 @@ base::Status ResolveOne(const std::string& self_exe, config::Config one, config:
   *with.mutable_env()->mutable_resolved_spec() = *out;
   wire::StepShape shape;
   std::string error;
-  if (!ResolvedStepShape(with, &shape, &error)) return base::InvalidArgument(error);
+  RETURN_IF_ERROR(ResolvedStepShape(with, &shape));
   return base::OkStatus();
 }
 
@@ -157,11 +158,11 @@ base::Status ResolveEnvSpec(const std::string& self_exe, config::Config* cfg) {
     *env->mutable_resolved_spec() = spec;
   }
   config::EnvSpec joint;
-  if (!wire::JoinTaskSpecs(*cfg, &joint, &error)) return base::InvalidArgument(error);
+  RETURN_IF_ERROR(wire::JoinTaskSpecs(*cfg, &joint));
   *cfg->mutable_env()->mutable_resolved_spec() = joint;
   wire::StepShape shape;
-  if (!ResolvedStepShape(*cfg, &shape, &error)) {
-    return base::InvalidArgument("the suite's joint spec: " + error);
+  if (const base::Status st = ResolvedStepShape(*cfg, &shape); !st.ok()) {
+    return base::InvalidArgument("the suite's joint spec: " + st.message());
   }
   return base::OkStatus();
 }
@@ -174,8 +175,8 @@ int RunPsPlanCommand(config::Config cfg) {
     base::LogError("stampede ps-plan: %s\n", resolved.message().c_str());
     return 2;
   }
-  if (!ResolvedStepShape(cfg, &shape, &error) ||
-      !(model = net::MakeModelFromConfig(cfg, shape, &error))) {
+  if (const base::Status st = ResolvedStepShape(cfg, &shape); !st.ok()) error = st.message();
+  if (!error.empty() || !(model = net::MakeModelFromConfig(cfg, shape, &error))) {
     base::LogError("stampede ps-plan: %s\n", error.c_str());
     return 2;
   }
@@ -186,7 +187,7 @@ int RunPsPlanCommand(config::Config cfg) {
 base::Status CheckNetworkAndDevice(const config::Config& cfg) {
   std::string error;  // what a helper below says
   wire::StepShape shape;
-  if (!ResolvedStepShape(cfg, &shape, &error)) return base::InvalidArgument(error);
+  RETURN_IF_ERROR(ResolvedStepShape(cfg, &shape));
   auto model = net::MakeModelFromConfig(cfg, shape, &error);
   if (!model) {
     return base::InvalidArgument("net: " + error);
@@ -304,14 +305,14 @@ base::Status ReshardForResume(const config::Config& cfg, std::string* said) {
   std::string text, error;
   if (base::Status st = ps::ReadPart(found.dir, *listed, &text); !st.ok()) return st;
   config::Config old;
-  if (!ParseConfigText(text, found.dir + "/config.textproto", &old, &error)) return base::InvalidArgument(error);
+  RETURN_IF_ERROR(ParseConfigText(text, found.dir + "/config.textproto", &old));
   const auto& o = old.ps();
   const auto& n = cfg.ps();
   if (o.num_shards() == n.num_shards() && o.placement() == n.placement() && o.partition_bytes() == n.partition_bytes()) {
     return base::OkStatus();
   }
   wire::StepShape shape;
-  if (!ResolvedStepShape(cfg, &shape, &error)) return base::InvalidArgument(error);
+  RETURN_IF_ERROR(ResolvedStepShape(cfg, &shape));
   auto model = net::MakeModelFromConfig(cfg, shape, &error);
   if (!model) return base::InvalidArgument("net: " + error);
   const ps::Placement from = ps::PlaceTensors(model->layout(), o.num_shards(), o.placement(), o.partition_bytes() / 4);

@@ -5,6 +5,8 @@
 #include <sstream>
 #include <vector>
 
+#include "base/metrics.h"
+#include "coordinator/learner_status.h"
 #include "wire/config.h"
 #include "wire/tasks.h"
 #include "wire/zmq_util.h"
@@ -264,6 +266,7 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
   const double dt = std::chrono::duration<double>(now - c.last_row_).count();
   const double elapsed = c.Elapsed(now);
   const auto& s = c.figures_.merged;
+  const base::StepFigures step = StepFiguresOf(s);
   const double fps = dt > 0 ? double(s.env_frames() - c.last_frames_) / dt : 0;
   const double lag_mean = c.lag_mean_n_ ? c.lag_mean_acc_ / c.lag_mean_n_ : 0;
   const int actors_alive = c.procs_.Alive(wire::ROLE_ACTOR);
@@ -282,13 +285,19 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "[%7.1fs] frames %s (%s/s) | episodes %lld | %ssteps %lld | "
-                  "lag %.1f/%lld%s | queue %d | dropped %lld | actors %d | H %.2f ev %.2f kl %.3g upd %.1e\n",
+                  "lag %.1f/%lld%s | queue %d | dropped %lld | actors %d |",
                   elapsed, Human(double(s.env_frames())).c_str(), Human(fps).c_str(), (long long)s.episodes(),
                   score.c_str(), (long long)s.learner_steps(), lag_mean, (long long)c.lag_max_acc_, worst.c_str(),
-                  s.queue_depth(), (long long)s.dropped_trajectories(), actors_alive, s.entropy(),
-                  s.explained_variance(), s.approx_kl(), s.update_to_param_ratio());
+                  s.queue_depth(), (long long)s.dropped_trajectories(), actors_alive);
     out.line = buf;
-    if (cfg.learner().update_mode() == "allreduce") {
+    for (size_t i = 0; i < base::kStepMetrics.size(); ++i) {
+      const base::MetricDecl& d = base::kStepMetrics[i];
+      if (!(d.shows & base::kShowProgress)) continue;
+      std::snprintf(buf, sizeof buf, d.format, step.at(i));
+      out.line += " " + std::string(d.label) + " " + buf;
+    }
+    out.line += "\n";
+    if (UpdateModeOf(cfg) == config::UpdateMode::allreduce) {
       // The ring's resets (a learner gone or back) belong on the line: the batch per step changed.
       out.line.insert(out.line.size() - 1, " | ring resets " + std::to_string(s.allreduce_resets()));
     }
@@ -318,16 +327,7 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
                         {"policy_version", s.policy_version()},
                         {"queue_depth", s.queue_depth()},
                         {"dropped_trajectories", s.dropped_trajectories()},
-                        {"pg_loss", s.pg_loss()},
-                        {"baseline_loss", s.baseline_loss()},
-                        {"entropy", s.entropy()},
-                        {"grad_norm", s.grad_norm()},
-                        {"grad_clip_factor", GradClipFactor(cfg, s.grad_norm())},
-                        {"explained_variance", s.explained_variance()},
-                        {"approx_kl", s.approx_kl()},
-                        {"rho_clip_fraction", s.rho_clip_fraction()},
-                        {"update_to_param_ratio", s.update_to_param_ratio()},
-                        {"learning_rate", s.learning_rate()},
+                        {"grad_clip_factor", GradClipFactor(cfg, step[base::StepMetric::kGradNorm])},
                         {"train_seconds", s.train_seconds()},
                         {"learner_receive_wait_s", s.receive_wait_s()},
                         {"learner_skipped_steps", s.skipped_steps()},
@@ -335,7 +335,10 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
                         {"actor_frames", actor_frames},
                         {"actor_send_wait_s", actor_wait},
                         {"actor_restarts", c.actor_restarts_}};
-  if (cfg.learner().update_mode() == "allreduce") row["allreduce_resets"] = s.allreduce_resets();
+  for (size_t i = 0; i < base::kStepMetrics.size(); ++i) {
+    if (base::kStepMetrics[i].shows & base::kShowRow) row[std::string(base::kStepMetrics[i].name)] = step.at(i);
+  }
+  if (UpdateModeOf(cfg) == config::UpdateMode::allreduce) row["allreduce_resets"] = s.allreduce_resets();
   if (!Refused(c).empty()) row["refused"] = Refused(c);
   if (c.forged_statuses_ > 0) row["forged_statuses"] = c.forged_statuses_;
   if (c.implausible_statuses_ > 0) row["implausible_statuses"] = c.implausible_statuses_;
@@ -359,16 +362,7 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
   out.row = std::move(row);
   out.scalars = {{"frames_per_s", fps},
                  {"learner/steps", double(s.learner_steps())},
-                 {"loss/pg", s.pg_loss()},
-                 {"loss/baseline", s.baseline_loss()},
-                 {"loss/entropy", s.entropy()},
-                 {"learner/grad_norm", s.grad_norm()},
-                 {"learner/grad_clip_factor", GradClipFactor(cfg, s.grad_norm())},
-                 {"learner/explained_variance", s.explained_variance()},
-                 {"learner/approx_kl", s.approx_kl()},
-                 {"learner/rho_clip_fraction", s.rho_clip_fraction()},
-                 {"learner/update_to_param_ratio", s.update_to_param_ratio()},
-                 {"learner/learning_rate", s.learning_rate()},
+                 {"learner/grad_clip_factor", GradClipFactor(cfg, step[base::StepMetric::kGradNorm])},
                  {"policy_lag/mean", lag_mean},
                  {"policy_lag/max", double(c.lag_max_acc_)},
                  {"policy_lag/worst_actor", double(c.actors_.worst_lag())},
@@ -376,6 +370,10 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
                  {"queue/learner_receive_wait_s", s.receive_wait_s()},
                  {"queue/actor_send_wait_s", actor_wait},
                  {"dropped_trajectories", double(s.dropped_trajectories())}};
+  for (size_t i = 0; i < base::kStepMetrics.size(); ++i) {
+    const base::MetricDecl& d = base::kStepMetrics[i];
+    if (d.shows & base::kShowTensorBoard) out.scalars.push_back({std::string(d.tensorboard), step.at(i)});
+  }
   if (!suite && s.returns_counted() > 0) out.scalars.push_back({"return_100", s.mean_return_100()});
   if (!replay_row.is_null()) {
     out.scalars.push_back({"replay/size", replay_row["size"].get<double>()});
@@ -415,6 +413,11 @@ nlohmann::json Views::Summary(const Core& c, double fps) {
                             {"seconds_to_target", r.seconds_to_target},
                             {"target_return", cfg.stop().target_return()},
                             {"actor_restarts", r.actor_restarts}};
+  const base::StepFigures step = StepFiguresOf(c.figures_.merged);
+  for (size_t i = 0; i < base::kStepMetrics.size(); ++i) {
+    const base::MetricDecl& d = base::kStepMetrics[i];
+    if (d.shows & base::kShowSummary) summary[std::string(d.name)] = step.at(i);
+  }
   if (const std::string error = c.figures_.CheckpointError(); !error.empty()) summary["checkpoint_error"] = error;
   if (c.figures_.checkpoint_failures > 0) summary["checkpoint_failures"] = c.figures_.checkpoint_failures;
   if (c.forged_statuses_ > 0) summary["forged_statuses"] = c.forged_statuses_;
@@ -427,7 +430,7 @@ nlohmann::json Views::Summary(const Core& c, double fps) {
     summary["ps"] = PsJson(c.figures_.ps);
   }
   summary["restarts"] = c.role_restarts_;
-  if (cfg.learner().update_mode() == "allreduce") summary["allreduce_resets"] = s.allreduce_resets();
+  if (UpdateModeOf(cfg) == config::UpdateMode::allreduce) summary["allreduce_resets"] = s.allreduce_resets();
   if (!c.last_eval_.is_null()) summary["evaluation"] = c.last_eval_;
   if (cfg.tasks_size() > 0) {
     summary.erase("mean_return_100");  // over a mix of scales: meaningless in a suite

@@ -42,10 +42,8 @@ class CpuBackend : public Backend {
 
 LossStats FromDevice(const net::cuda::StepStats& gs) {
   LossStats st;
-  st.total = gs.total, st.pg_loss = gs.pg_loss, st.baseline_loss = gs.baseline_loss;
-  st.entropy = gs.entropy;
-  st.explained_variance = gs.explained_variance, st.approx_kl = gs.approx_kl;
-  st.rho_clip_fraction = gs.rho_clip_fraction;
+  st.total = gs.total;
+  st.m = gs.m;
   return st;
 }
 
@@ -69,7 +67,7 @@ class CudaBackend : public Backend {
   LossStats WaitUpdate(std::span<float> params, double* grad_norm) override {
     const net::cuda::StepStats gs = t_->Wait();
     t_->GetParams(params);
-    *grad_norm = gs.grad_norm;
+    *grad_norm = gs.m[base::StepMetric::kGradNorm];
     return FromDevice(gs);
   }
 

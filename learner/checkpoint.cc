@@ -75,7 +75,7 @@ base::Status SaveCheckpoint(const std::string& path, const CheckpointData& d) {
   Put(&buf, CheckpointChecksum(buf.data(), buf.size()));
 
   std::string error;
-  if (!wire::WriteFileAtomically(path, buf, &error)) return base::Internal(error);
+  RETURN_IF_ERROR(wire::WriteFileAtomically(path, buf));
   return base::OkStatus();
 }
 

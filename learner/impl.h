@@ -172,10 +172,8 @@ struct Learner::Impl {
     double lag_sum = 0;
   };
   std::map<int, ActorArrivals> actor_arrivals GUARDED_BY(mu);
-  LossStats last_loss GUARDED_BY(mu);
-  double last_grad_norm GUARDED_BY(mu) = 0;
-  double last_update_ratio GUARDED_BY(mu) = 0;
-  double last_lr GUARDED_BY(mu) = 0;
+  // The newest step's metrics (base/metrics.h), for the status.
+  base::StepFigures last_figures GUARDED_BY(mu);
   double train_seconds GUARDED_BY(mu) = 0;
   double receive_wait_s GUARDED_BY(mu) = 0;
   int64_t skipped_steps GUARDED_BY(mu) = 0;  // non-finite loss or gradient: not applied
@@ -212,7 +210,7 @@ struct Learner::Impl {
       table = std::make_unique<replay::Table<UnrollRef>>(
           o, replay::MakeSelector(rc.selector(), rc.priority_exponent()), uint64_t(c.seed()) * 7919 + 17);
       replay_per_batch = int(std::lround(rc.fraction() * c.learner().batch_size()));
-      prioritized = rc.selector() == "prioritized";
+      prioritized = ChoiceOf<config::Selector>(rc.selector()) == config::Selector::prioritized;
     }
   }
 
@@ -275,8 +273,8 @@ struct Learner::Impl {
   void SharePopArtStats();
   // Writes the checkpoint; a failure is also kept for the status (the run's exit code
   // and summary report it).
-  bool SaveCheckpoint(std::string* error);
-  bool WriteCheckpointFile(std::string* error);
+  base::Status SaveCheckpoint();
+  base::Status WriteCheckpointFile();
 };
 
 }  // namespace stampede::learner

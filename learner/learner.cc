@@ -57,18 +57,19 @@ Learner::Learner(const config::Config& cfg, zmq::context_t& ctx, std::string tra
   impl_->index = index;
   impl_->restarted = restarted;
   impl_->ps_mode = ShardsOwnOptimizer(cfg);
-  impl_->allreduce = cfg.learner().update_mode() == "allreduce";
+  impl_->allreduce = UpdateModeOf(cfg) == config::UpdateMode::allreduce;
 }
 
 Learner::~Learner() { Stop(); }
 
-bool Learner::Start(std::string* error) {
+base::Status Learner::Start() {
   Impl& m = *impl_;
   // Shapes come from the resolved spec in the config; the learner loads no env code.
-  if (!ResolvedStepShape(m.cfg, &m.shape, error)) return false;
+  RETURN_IF_ERROR(ResolvedStepShape(m.cfg, &m.shape));
   m.frames_per_step = std::max(1, m.cfg.env().resolved_spec().frames_per_step());
-  m.net = net::MakeModelFromConfig(m.cfg, m.shape, error);
-  if (!m.net) return false;
+  std::string why;
+  m.net = net::MakeModelFromConfig(m.cfg, m.shape, &why);
+  if (!m.net) return base::InvalidArgument(why);
   m.layout = m.net->layout();
   m.num_tasks = wire::NumTasks(m.cfg);
   {
@@ -89,11 +90,10 @@ bool Learner::Start(std::string* error) {
   }
   if (!m.cfg.learner().restore_from().empty() && !m.ps_mode) {
     CheckpointData d;
-    if (!base::ReportTo(LoadCheckpoint(m.cfg.learner().restore_from(), &d), error)) return false;
+    RETURN_IF_ERROR(LoadCheckpoint(m.cfg.learner().restore_from(), &d));
     if (d.layout_fingerprint != m.layout.Fingerprint() || d.params.size() != m.params.size()) {
-      *error = m.cfg.learner().restore_from() + ": checkpoint is for another network:\n" +
-               d.layout_text + "this config's network is:\n" + LayoutText(m.layout);
-      return false;
+      return base::InvalidArgument(m.cfg.learner().restore_from() + ": checkpoint is for another network:\n" +
+               d.layout_text + "this config's network is:\n" + LayoutText(m.layout));
     }
     auto finite = [](const std::vector<float>& v) {
       for (float x : v) {
@@ -102,10 +102,9 @@ bool Learner::Start(std::string* error) {
       return true;
     };
     if (!finite(d.params) || !finite(d.rms_mean_square) || !finite(d.rms_momentum)) {
-      *error = m.cfg.learner().restore_from() +
+      return base::InvalidArgument(m.cfg.learner().restore_from() +
                ": checkpoint holds non-finite parameters or optimizer state (NaN or infinity); "
-               "refusing to train from it";
-      return false;
+               "refusing to train from it");
     }
     m.params = d.params;
     m.rms->mean_square() = d.rms_mean_square;
@@ -122,7 +121,7 @@ bool Learner::Start(std::string* error) {
   }
   if (m.popart) m.SharePopArtStats();
   auto backend = MakeBackend(m.cfg, *m.net, m.index);
-  if (!backend.ok()) return base::ReportTo(backend.status(), error);
+  if (!backend.ok()) return backend.status();
   m.backend = std::move(backend).value();
   // Relay on a backend with a fused step runs it there; allreduce applies the averaged
   // gradient on the host (each learner the same step).
@@ -145,8 +144,7 @@ bool Learner::Start(std::string* error) {
   try {
     m.socket->bind(m.bind_endpoint);
   } catch (const zmq::error_t& e) {
-    *error = "learner: cannot bind " + m.bind_endpoint + " (cluster.learner): " + e.what();
-    return false;
+    return base::Unavailable("learner: cannot bind " + m.bind_endpoint + " (cluster.learner): " + e.what());
   }
   if (m.allreduce) {
     RingOptions ro;
@@ -160,7 +158,7 @@ bool Learner::Start(std::string* error) {
     ro.piece_elements = std::max<int64_t>(1024, ro.max_message_bytes / int64_t(2 * sizeof(float)));
     ro.piece_elements = std::min<int64_t>(ro.piece_elements, int64_t(1) << 20);
     m.ring = std::make_unique<Ring>(m.ctx, ro);
-    if (const base::Status st = m.ring->Start(); !st.ok()) return base::ReportTo(st, error);
+    RETURN_IF_ERROR(m.ring->Start());
   }
   ps::ClientOptions co;
   co.endpoints.assign(m.cfg.cluster().ps().begin(), m.cfg.cluster().ps().end());
@@ -212,15 +210,13 @@ bool Learner::Start(std::string* error) {
     // The chief initialises the shards (a shard that already has parameters, restored
     // from a checkpoint, ignores this); everyone then takes the shards' parameters.
     if (m.index == 0 && !m.publisher->PutAll(m.params, 0, &m.stop)) {
-      *error = "learner: stopped before the first parameters reached the PS";
-      return false;
+      return base::InvalidArgument("learner: stopped before the first parameters reached the PS");
     }
     const auto deadline = Clock::now() + std::chrono::duration<double>(m.cfg.actors().first_params_timeout_s());
     while (!m.PollParams()) {
       if (m.stop.load() || Clock::now() > deadline) {
-        *error = "learner " + std::to_string(m.index) + ": no parameters from the PS within " +
-                 std::to_string(int(m.cfg.actors().first_params_timeout_s())) + " s (actors.first_params_timeout_s)";
-        return false;
+        return base::InvalidArgument("learner " + std::to_string(m.index) + ": no parameters from the PS within " +
+                 std::to_string(int(m.cfg.actors().first_params_timeout_s())) + " s (actors.first_params_timeout_s)");
       }
       (void)m.fetcher->WaitForReply(kPsWait);
     }
@@ -232,8 +228,7 @@ bool Learner::Start(std::string* error) {
   } else if (m.allreduce && m.index != 0) {
     // Allreduce: the chief publishes for everyone.
   } else if (!m.publisher->PutAll(m.params, version_.load(), &m.stop)) {
-    *error = "learner: stopped before the first parameters reached the PS";
-    return false;
+    return base::InvalidArgument("learner: stopped before the first parameters reached the PS");
   }
   m.receiver = std::thread([&m] { m.ReceiveLoop(); });
   m.trainer = std::thread([&m] {
@@ -246,7 +241,7 @@ bool Learner::Start(std::string* error) {
                                         : base::Internal(std::string("trainer thread failed: ") + e.what()));
     }
   });
-  return true;
+  return base::OkStatus();
 }
 
 std::string Learner::endpoint() const {
@@ -272,16 +267,16 @@ int64_t Learner::dropped_total() const {
   return n;
 }
 
-bool Learner::Impl::SaveCheckpoint(std::string* error) {
-  if (WriteCheckpointFile(error)) {
-    base::MutexLock lock(mu);
-    if (!ps_mode) checkpoint_error.clear();  // the newest checkpoint is complete (failures stay counted)
-    return true;
-  }
+base::Status Learner::Impl::SaveCheckpoint() {
+  const base::Status written = WriteCheckpointFile();
   base::MutexLock lock(mu);
-  checkpoint_error = *error;
+  if (written.ok()) {
+    if (!ps_mode) checkpoint_error.clear();  // the newest checkpoint is complete (failures stay counted)
+    return written;
+  }
+  checkpoint_error = written.message();
   ++checkpoint_failures;
-  return false;
+  return written;
 }
 
 base::Status Learner::failure() const {
@@ -289,19 +284,17 @@ base::Status Learner::failure() const {
   return impl_->failure;
 }
 
-bool Learner::Impl::WriteCheckpointFile(std::string* error) {
+base::Status Learner::Impl::WriteCheckpointFile() {
   if (fused) {
     try {
       backend->GetState(params, rms->mean_square(), rms->momentum());
     } catch (const std::exception& e) {
-      *error = "not writing " + checkpoint_path + ": the device state cannot be read back: " + e.what();
-      return false;
+      return base::Internal("not writing " + checkpoint_path + ": the device state cannot be read back: " + e.what());
     }
   }
   for (float x : params) {
     if (!std::isfinite(x)) {
-      *error = "not writing " + checkpoint_path + ": the parameters hold a non-finite value";
-      return false;
+      return base::Internal("not writing " + checkpoint_path + ": the parameters hold a non-finite value");
     }
   }
   CheckpointData d;
@@ -313,43 +306,43 @@ bool Learner::Impl::WriteCheckpointFile(std::string* error) {
   d.params = params;
   d.rms_mean_square = rms->mean_square();
   d.rms_momentum = rms->momentum();
-  return base::ReportTo(learner::SaveCheckpoint(checkpoint_path, d), error);
+  return learner::SaveCheckpoint(checkpoint_path, d);
 }
 
-bool Learner::WriteCheckpoint(std::string* error) {
+base::Status Learner::WriteCheckpoint() {
   Impl& m = *impl_;
-  if (m.allreduce && m.index != 0) return true;  // the chief checkpoints for everyone
+  if (m.allreduce && m.index != 0) return base::OkStatus();  // the chief checkpoints for everyone
   if (m.checkpoint_path.empty()) {
-    *error = "no run_dir, so no checkpoint path";
-    return false;
+    return base::Internal("no run_dir, so no checkpoint path");
   }
   if (m.ps_mode) {
-    if (m.index != 0) return true;  // the chief checkpoints for everyone
+    if (m.index != 0) return base::OkStatus();  // the chief checkpoints for everyone
     // The shards' parts (they stop after the learners), then the parameters for eval.
-    m.PollShardedCheckpoint(error);  // one in progress completes or is dropped
-    error->clear();
+    std::string error;
+    m.PollShardedCheckpoint(&error);  // one in progress completes or is dropped
+    error.clear();
     m.StartShardedCheckpoint(/*final=*/true);
     const auto deadline = Clock::now() + kFinalCheckpointWait;
     while (m.ckpt_sequence != 0 && Clock::now() < deadline) {
-      if (m.PollShardedCheckpoint(error)) break;
+      if (m.PollShardedCheckpoint(&error)) break;
       if (m.ckpt_sequence == 0 && m.ckpt_abandoned) m.StartShardedCheckpoint(/*final=*/true);  // a shard restarted: again
       (void)m.publisher->WaitForReply(kPsWait);
     }
     if (m.ckpt_sequence != 0) {
-      *error = m.ckpt_dir + ": the shards did not write their parts within " +
+      error = m.ckpt_dir + ": the shards did not write their parts within " +
                std::to_string(kFinalCheckpointWait.count()) + " s";
     }
     m.ckpt_sequence = 0;
     // The shards' newest parameters, for eval and export: whatever comes within kPsWait x 20.
     for (int i = 0; i < 20 && !m.PollParams(); ++i) (void)m.fetcher->WaitForReply(kPsWait);
-    if (!error->empty()) {
+    if (!error.empty()) {
       base::MutexLock lock(m.mu);
-      m.checkpoint_error = *error;
+      m.checkpoint_error = error;
       ++m.checkpoint_failures;
-      return false;
+      return base::Internal(error);
     }
   }
-  return m.SaveCheckpoint(error);
+  return m.SaveCheckpoint();
 }
 
 void Learner::FillStatus(wire::Status* s) {
@@ -417,20 +410,14 @@ void Learner::FillStatus(wire::Status* s) {
     m.trained_fresh = 0;
     m.trained_replayed = 0;
   }
-  s->set_pg_loss(m.last_loss.pg_loss);
-  s->set_baseline_loss(m.last_loss.baseline_loss);
-  s->set_entropy(m.last_loss.entropy);
-  s->set_grad_norm(m.last_grad_norm);
-  s->set_explained_variance(m.last_loss.explained_variance);
-  s->set_approx_kl(m.last_loss.approx_kl);
-  s->set_rho_clip_fraction(m.last_loss.rho_clip_fraction);
-  s->set_update_to_param_ratio(m.last_update_ratio);
+  for (size_t i = 0; i < base::kStepMetrics.size(); ++i) {
+    (*s->mutable_step_metrics())[std::string(base::kStepMetrics[i].name)] = m.last_figures.at(i);
+  }
   s->set_allreduce_rounds(m.ring_stats.reductions);
   s->set_allreduce_bytes_sent(m.ring_stats.bytes_sent);
   s->set_allreduce_seconds(m.ring_stats.seconds);
   s->set_allreduce_dropped(m.ring_stats.dropped);
   s->set_allreduce_resets(std::max<int64_t>(0, m.ring_generation - 1));
-  s->set_learning_rate(m.last_lr);
   s->set_train_seconds(m.train_seconds);
   s->set_receive_wait_s(m.receive_wait_s);
   s->set_skipped_steps(m.skipped_steps);

@@ -38,8 +38,8 @@ class Learner {
   ~Learner();
 
   // Binds, initialises (or restores) parameters, puts version 0 to every PS shard
-  // and starts the threads. False with `error` on a bad endpoint or checkpoint.
-  [[nodiscard]] bool Start(std::string* error);
+  // and starts the threads. Fails on a bad endpoint or checkpoint.
+  base::Status Start();
   std::string endpoint() const;  // bound trajectory endpoint
   void Stop();                   // stops and joins the threads; idempotent
 
@@ -50,7 +50,7 @@ class Learner {
   // Sync/async: the chief also has the shards write a sharded checkpoint (ps/checkpoints.h)
   // and waits for it; RUN_DIR/checkpoint.bin then holds the parameters (for eval and
   // export) with the optimizer state left at zero (it lives on the shards).
-  [[nodiscard]] bool WriteCheckpoint(std::string* error);
+  base::Status WriteCheckpoint();
 
   // Not ok once the trainer thread has ended on an error it cannot recover from, said once
   // on stderr: a device error on the CUDA backend (out of memory, a failed launch; the role

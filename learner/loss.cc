@@ -131,9 +131,9 @@ void Diagnose(const Targets<S>& tg, const std::vector<uint8_t>& kept, const Loss
   const double var_vs = vs_sq / n - (vs_sum / n) * (vs_sum / n);
   const double var_err = err_sq / n - (err_sum / n) * (err_sum / n);
   // Targets without spread (a batch of one constant return) explain nothing either way.
-  st->explained_variance = var_vs > 1e-12 ? 1.0 - var_err / var_vs : 0.0;
-  st->approx_kl = kl / n;
-  st->rho_clip_fraction = clipped / n;
+  st->m[base::StepMetric::kExplainedVariance] = var_vs > 1e-12 ? 1.0 - var_err / var_vs : 0.0;
+  st->m[base::StepMetric::kApproxKl] = kl / n;
+  st->m[base::StepMetric::kRhoClipFraction] = clipped / n;
 }
 
 // Loss and gradient from the network outputs of the last Forward (f).
@@ -147,7 +147,7 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
   std::vector<S> dpolicy(size_t(TB + B) * P, S(0)), dvalues(size_t(TB + B) * V, S(0));
   float action[net::kMaxActionComponents];
   LossStats st;
-  double entropy_sum = 0;
+  double entropy_sum = 0, pg_loss = 0, baseline_loss = 0;
   int64_t counted = 0;
   // Replay: weights and masks per unroll; without replay every factor below is exactly 1
   // and every mask open, so the step is bit for bit the one without these lines.
@@ -187,22 +187,24 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
     const double raw_adv = double(tg.pg_advantages[i]);
     const double adv =
         w * (opt.normalize_advantages ? net::StandardisedAdvantage(raw_adv, adv_sum, adv_sum_sq, adv_n) : raw_adv);
-    st.pg_loss += -adv * net::PolicyLogProb(pol, out, action);
+    pg_loss += -adv * net::PolicyLogProb(pol, out, action);
     const double h = net::PolicyEntropy(pol, out);
     entropy_sum += h;
     if (entropy_cost != 0.0 || opt.entropy_cost == 0.0) entropy_bonus_sum += h;
     // PopArt: the error of the normalised output against the normalised target.
     const double err = opt.popart ? double(f.raw[size_t(i) * V + k]) - (double(tg.vs[i]) - f.mean[b]) / f.scale[b]
                                   : double(f.values[i]) - double(tg.vs[i]);
-    st.baseline_loss += w * 0.5 * err * err;
+    baseline_loss += w * 0.5 * err * err;
     // d(-adv log pi(a) - entropy_cost H) / d outputs
     net::PolicyGrad(pol, out, action, -adv, -entropy_cost, &dpolicy[size_t(i) * P]);
     dvalues[size_t(i) * V + k] = S(opt.baseline_cost * w * err);
   }
-  st.baseline_loss *= opt.baseline_cost;
-  st.entropy = counted ? entropy_sum / double(counted) : 0;
+  baseline_loss *= opt.baseline_cost;
+  st.m[base::StepMetric::kPgLoss] = pg_loss;
+  st.m[base::StepMetric::kBaselineLoss] = baseline_loss;
+  st.m[base::StepMetric::kEntropy] = counted ? entropy_sum / double(counted) : 0;
   Diagnose(tg, kept, opt, &st);
-  st.total = st.pg_loss + st.baseline_loss - opt.entropy_cost * entropy_bonus_sum;
+  st.total = pg_loss + baseline_loss - opt.entropy_cost * entropy_bonus_sum;
   if (grad != nullptr) net.Backward(params, dpolicy.data(), dvalues.data(), grad);
   return st;
 }

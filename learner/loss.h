@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "base/metrics.h"
 #include "learner/batch.h"
 #include "learner/vtrace.h"
 #include "net/model.h"
@@ -48,20 +49,12 @@ struct Targets {
 
 struct LossStats {
   double total = 0;
-  double pg_loss = 0;
-  double baseline_loss = 0;
-  double entropy = 0;  // mean policy entropy per step
   int64_t trust_region_dropped = 0;  // replayed steps the trust region left out
-  // Why a run does or does not learn (the figures CleanRL and Stable-Baselines3 print),
-  // over the steps in the loss:
-  //   explained_variance  1 - Var(vs - V) / Var(vs): how much of the V-trace targets the
-  //                       baseline explains (1: all, 0: no better than their mean);
-  //   approx_kl           KL(behaviour || current) on the taken actions, by the
-  //                       non-negative estimator E[(rho - 1) - log rho] (Schulman's k3);
-  //   rho_clip_fraction   the share of steps whose rho = pi/mu exceeds rho-bar.
-  double explained_variance = 0;
-  double approx_kl = 0;
-  double rho_clip_fraction = 0;
+  // The step metrics the loss computes (base/metrics.h declares each): the policy-gradient
+  // and baseline terms, the mean entropy per step, and why a run does or does not learn
+  // (explained variance, approximate KL, the share of clipped rhos), over the steps in
+  // the loss. The training step adds the gradient norm, the update ratio and the rate.
+  base::StepFigures m;
 };
 
 // KL(behaviour || current) of one step's policy outputs (categorical or multi-discrete:

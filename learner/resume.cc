@@ -6,8 +6,7 @@
 
 namespace stampede::learner {
 
-bool FindResumePoint(const config::Config& cfg, ResumePoint* point, std::vector<std::string>* warnings,
-                     std::string* error) {
+base::Status FindResumePoint(const config::Config& cfg, ResumePoint* point, std::vector<std::string>* warnings) {
   const std::string dir = cfg.run_dir();
   *point = ResumePoint{};
   if (ShardsOwnOptimizer(cfg)) {
@@ -17,8 +16,7 @@ bool FindResumePoint(const config::Config& cfg, ResumePoint* point, std::vector<
     if (newest > 0) point->newest_dir = ps::CheckpointDir(root, newest);
     ps::FoundCheckpoint found;
     if (!ps::FindNewestCheckpoint(root, &found, warnings)) {
-      *error = "no complete checkpoint in " + root + " to resume from";
-      return false;
+      return base::Unavailable("no complete checkpoint in " + root + " to resume from");
     }
     point->from = found.dir;
     point->version = found.manifest.version;
@@ -30,16 +28,16 @@ bool FindResumePoint(const config::Config& cfg, ResumePoint* point, std::vector<
         for (int64_t f : part.learner_frames) point->env_frames += f;
       }
     }
-    return true;
+    return base::OkStatus();
   }
   const std::string path = cfg.learner().restore_from().empty() ? dir + "/checkpoint.bin" : cfg.learner().restore_from();
   CheckpointData d;
-  if (!base::ReportTo(LoadCheckpoint(path, &d), error)) return false;
+  RETURN_IF_ERROR(LoadCheckpoint(path, &d));
   point->from = path;
   point->newest_dir = path;
   point->version = d.version;
   point->env_frames = d.env_frames;
-  return true;
+  return base::OkStatus();
 }
 
 }  // namespace stampede::learner

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "wire/config.pb.h"
 
 namespace stampede::learner {
@@ -22,9 +23,8 @@ struct ResumePoint {
 };
 
 // The run's newest complete checkpoint (`cfg.run_dir()`, or learner.restore_from for a
-// relay run that sets it). False, with the reason, if there is none; each damaged or
+// relay run that sets it). Fails, with the reason, if there is none; each damaged or
 // incomplete one skipped on the way adds a line to `warnings`.
-[[nodiscard]] bool FindResumePoint(const config::Config& cfg, ResumePoint* point, std::vector<std::string>* warnings,
-                                   std::string* error);
+base::Status FindResumePoint(const config::Config& cfg, ResumePoint* point, std::vector<std::string>* warnings);
 
 }  // namespace stampede::learner

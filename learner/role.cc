@@ -29,7 +29,7 @@ base::Status RunLearnerRole(const config::Config& cfg, int task_index, int resta
                               wire::MakeSender(wire::ROLE_LEARNER, task_index, incarnation), curve.get(),
                               cfg.cluster().control(), &stop);
   Learner learner(cfg, ctx, BindEndpoint(cfg, LearnerEndpoint(cfg, task_index)), incarnation, curve, task_index, restarts > 0);
-  if (!learner.Start(&error)) return base::InvalidArgument(error);
+  RETURN_IF_ERROR(learner.Start());
   while (!stop.load() && learner.failure().ok()) {
     wire::SleepUnlessStopped(cfg.learner().status_interval_s(), stop);
     learner.FillStatus(&channel.status());
@@ -46,10 +46,10 @@ base::Status RunLearnerRole(const config::Config& cfg, int task_index, int resta
   }
   learner.FillStatus(&channel.status());
   if (!cfg.run_dir().empty()) {
-    if (!learner.WriteCheckpoint(&error)) {
+    if (const base::Status written = learner.WriteCheckpoint(); !written.ok()) {
       learner.FillStatus(&channel.status());  // carries checkpoint_error
       channel.Send("stopped; final checkpoint FAILED");
-      return base::Internal("final checkpoint failed: " + error);
+      return base::Internal("final checkpoint failed: " + written.message());
     }
     if (task_index == 0) {
       base::LogInfo("learner: final checkpoint at version %lld written to %s/checkpoint.bin\n",

@@ -51,9 +51,10 @@ class Learner::Impl::RelayUpdater : public Updater {
         Clock::now() - last_checkpoint_ <= std::chrono::duration<double>(lc.checkpoint_interval_s())) {
       return;
     }
-    std::string error;
     wire::TraceSpan span("checkpoint", "learner");
-    if (!m_.SaveCheckpoint(&error)) base::LogError("learner: checkpoint failed: %s\n", error.c_str());
+    if (const base::Status st = m_.SaveCheckpoint(); !st.ok()) {
+      base::LogError("learner: checkpoint failed: %s\n", st.message().c_str());
+    }
     last_checkpoint_ = Clock::now();
   }
 
@@ -69,7 +70,9 @@ class Learner::Impl::RelayUpdater : public Updater {
 class Learner::Impl::ShardedUpdater : public Updater {
  public:
   explicit ShardedUpdater(Impl& m)
-      : m_(m), sync_(m.cfg.learner().update_mode() == "sync"), chief_(m.index == 0 && !m.checkpoint_path.empty()),
+      : m_(m),
+        sync_(UpdateModeOf(m.cfg) == config::UpdateMode::sync),
+        chief_(m.index == 0 && !m.checkpoint_path.empty()),
         last_checkpoint_(Clock::now()) {}
   bool Ready() override {
     m_.PollParams();
@@ -454,7 +457,8 @@ bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
   const std::pair<std::string, std::string> chief_parts[] = {{"config.textproto", ConfigToText(cfg)},
                                                              {"counters.txt", counters}};
   for (const auto& [name, text] : chief_parts) {
-    if (!wire::WriteFileAtomically(ckpt_dir + "/" + name, text, error)) {
+    if (const base::Status written = wire::WriteFileAtomically(ckpt_dir + "/" + name, text); !written.ok()) {
+      *error = written.message();
       ckpt_sequence = 0;
       return false;
     }
@@ -501,10 +505,10 @@ void Learner::Impl::RecordStep(const Batch& batch, int64_t trained_on, const Los
     ts.lag_sum += double(lag);
     ++ts.lag_count;
   }
-  last_loss = st;
-  last_grad_norm = norm;
-  last_update_ratio = update_ratio;
-  last_lr = lr;
+  last_figures = st.m;
+  last_figures[base::StepMetric::kGradNorm] = norm;
+  last_figures[base::StepMetric::kUpdateToParamRatio] = update_ratio;
+  last_figures[base::StepMetric::kLearningRate] = lr;
   train_seconds += seconds;
 }
 

@@ -51,7 +51,9 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
     spec.layers.push_back(l);
   }
   spec.hidden_sizes = HiddenSizes(cfg);
-  spec.activation = cfg.net().activation() == "tanh" ? Activation::kTanh : Activation::kRelu;
+  spec.activation = ChoiceOf<config::Activation>(cfg.net().activation()) == config::Activation::tanh
+                        ? Activation::kTanh
+                        : Activation::kRelu;
   spec.fc_size = cfg.net().fc_size();
   spec.lstm_size = cfg.net().lstm_size();
   spec.popart = PopArtOn(cfg);
@@ -106,14 +108,16 @@ std::unique_ptr<Model<float>> MakeModelFromConfig(const config::Config& cfg,
 
 OptimizerHyper OptimizerHyperFromConfig(const config::OptimizerConfig& oc) {
   OptimizerHyper h;
-  if (oc.kind() == "adam") {
+  if (ChoiceOf<config::OptimizerKind>(oc.kind()) == config::OptimizerKind::adam) {
     h.kind = OptimizerKind::kAdam;
     h.decay = float(oc.beta2());
     h.momentum = float(oc.beta1());
     h.epsilon = float(OptimizerEpsilon(oc));
     return h;
   }
-  h.kind = oc.kind() == "rmsprop_torch" ? OptimizerKind::kRmsPropTorch : OptimizerKind::kRmsProp;
+  h.kind = ChoiceOf<config::OptimizerKind>(oc.kind()) == config::OptimizerKind::rmsprop_torch
+               ? OptimizerKind::kRmsPropTorch
+               : OptimizerKind::kRmsProp;
   h.decay = float(oc.decay());
   h.momentum = float(oc.momentum());
   h.epsilon = float(oc.epsilon());
@@ -125,12 +129,14 @@ double ScheduledLearningRate(const config::OptimizerConfig& oc, int64_t total_en
   if (oc.warmup_frames() > 0 && frames < double(oc.warmup_frames())) {
     return lr0 * frames / double(oc.warmup_frames());
   }
-  const bool constant = oc.schedule() == "constant" || (oc.has_linear_decay() && !oc.linear_decay());
+  const bool constant = ChoiceOf<config::Schedule>(oc.schedule()) == config::Schedule::constant ||
+                        (oc.has_linear_decay() && !oc.linear_decay());
   if (constant) return lr0;
   const double horizon = double(oc.schedule_frames() > 0 ? oc.schedule_frames() : total_env_frames);
   if (!(horizon > 0)) return lr0;
   const double done = std::clamp(frames / horizon, 0.0, 1.0);
-  if (oc.schedule() == "cosine") return lr0 * 0.5 * (1.0 + std::cos(std::numbers::pi * done));
+  if (ChoiceOf<config::Schedule>(oc.schedule()) == config::Schedule::cosine)
+    return lr0 * 0.5 * (1.0 + std::cos(std::numbers::pi * done));
   return lr0 * (1.0 - done);
 }
 

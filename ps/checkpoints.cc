@@ -165,7 +165,7 @@ base::Status WriteManifest(const std::string& dir, const Manifest& m) {
   for (const auto& p : m.parts) os << "part " << p.file << " " << p.bytes << " " << p.checksum << "\n";
   os << "end\n";
   std::string error;
-  if (!wire::WriteFileAtomically(dir + "/MANIFEST", os.str(), &error)) return base::Internal(error);
+  RETURN_IF_ERROR(wire::WriteFileAtomically(dir + "/MANIFEST", os.str()));
   return base::OkStatus();
 }
 
@@ -286,7 +286,7 @@ int64_t ReadVersionMark(const std::string& path) {
 
 base::Status WriteVersionMark(const std::string& path, int64_t mark) {
   std::string error;
-  if (!wire::WriteFileAtomically(path, std::to_string(mark) + "\n", &error)) return base::Internal(error);
+  RETURN_IF_ERROR(wire::WriteFileAtomically(path, std::to_string(mark) + "\n"));
   return base::OkStatus();
 }
 
@@ -345,7 +345,10 @@ base::Status ReshardCheckpoint(const FoundCheckpoint& from, const Placement& old
   if (ec) return base::Internal("cannot make " + dir + ": " + ec.message());
   std::string error;
   auto write = [&](const std::string& name, const std::string& bytes) {
-    if (!wire::WriteFileAtomically(dir + "/" + name, bytes, &error)) return false;
+    if (const base::Status st = wire::WriteFileAtomically(dir + "/" + name, bytes); !st.ok()) {
+      error = st.message();
+      return false;
+    }
     m.parts.push_back({name, int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
     return true;
   };

@@ -340,14 +340,13 @@ void Shard::HandleCheckpoint(const zmq::message_t& identity, const wire::Checkpo
     const std::string dir = CheckpointDir(opt_.checkpoint_root, req.sequence());
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    std::string error;
-    if (wire::WriteFileAtomically(dir + "/" + done.file(), bytes, &error)) {
+    if (const base::Status written = wire::WriteFileAtomically(dir + "/" + done.file(), bytes); written.ok()) {
       done.set_version(part.version);
       done.set_bytes(int64_t(bytes.size()));
       done.set_checksum(wire::Fnv1a64(bytes.data(), bytes.size()));
       ++stats_.checkpoint_parts;
     } else {
-      done.set_error(error);
+      done.set_error(written.message());
       ++stats_.checkpoint_failures;
     }
   }

@@ -2,6 +2,8 @@
 // --set overrides; the shipped configs load.
 #include <catch2/catch.hpp>
 
+#include "tests/status_testing.h"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -24,9 +26,8 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
 
 std::string LoadError(const std::string& path, std::vector<std::string> sets = {}) {
   LoadedConfig cfg;
-  std::string error;
-  const bool ok = LoadConfig(path, sets, &cfg, &error);
-  return ok ? std::string("(loaded)") : error;
+  const stampede::base::Status st = LoadConfig(path, sets, &cfg);
+  return st.ok() ? std::string("(loaded)") : st.message();
 }
 }  // namespace
 
@@ -35,7 +36,7 @@ TEST_CASE("config: shipped configs load and pass the checks", "[config]") {
     LoadedConfig cfg;
     std::string error;
     INFO(name << ": " << error);
-    CHECK(LoadConfig(std::string(STAMPEDE_SOURCE_DIR) + "/configs/" + name + ".textproto", {}, &cfg, &error));
+    CHECK_OK(LoadConfig(std::string(STAMPEDE_SOURCE_DIR) + "/configs/" + name + ".textproto", {}, &cfg));
     CHECK(cfg.config.ps().num_shards() >= 2);
     CHECK(cfg.config.actors().num_actors() >= 2);
   }
@@ -44,10 +45,9 @@ TEST_CASE("config: shipped configs load and pass the checks", "[config]") {
 TEST_CASE("config: every shipped config loads, and the Atari variants differ only in net", "[config]") {
   auto load = [](const std::string& name) {
     LoadedConfig cfg;
-    std::string error;
-    const bool ok = LoadConfig(std::string(STAMPEDE_SOURCE_DIR) + "/configs/" + name + ".textproto", {}, &cfg, &error);
-    INFO(name << ": " << error);
-    CHECK(ok);
+    const stampede::base::Status st = LoadConfig(std::string(STAMPEDE_SOURCE_DIR) + "/configs/" + name + ".textproto", {}, &cfg);
+    INFO(name << ": " << st.message());
+    CHECK(st.ok());
     return cfg.config;
   };
   for (const char* name : {"cartpole", "catch", "catch_pixels", "catch_pixels_custom", "cartpole_gym", "corridor_plugin",
@@ -154,9 +154,9 @@ TEST_CASE("config: --set overrides fields, and a bad override is refused", "[con
   const auto path = WriteTemp("set", "seed: 3\n");
   LoadedConfig cfg;
   std::string error;
-  REQUIRE(LoadConfig(path, {"learner.batch_size=64", "net.hidden_sizes=32,16", "env.name=Catch",
+  REQUIRE_OK(LoadConfig(path, {"learner.batch_size=64", "net.hidden_sizes=32,16", "env.name=Catch",
                             "learner.optimizer.learning_rate=0.01"},
-                     &cfg, &error));
+                     &cfg));
   CHECK(cfg.config.learner().batch_size() == 64);
   CHECK(cfg.config.net().hidden_sizes_size() == 2);
   CHECK(cfg.config.net().hidden_sizes(1) == 16);
@@ -177,10 +177,9 @@ TEST_CASE("config: a missing file is a clear error", "[config]") {
 namespace {
 LoadedConfig LoadOk(const std::string& path, std::vector<std::string> sets = {}) {
   LoadedConfig cfg;
-  std::string error;
-  const bool ok = LoadConfig(path, sets, &cfg, &error);
-  INFO(path << ": " << error);
-  REQUIRE(ok);
+  const stampede::base::Status st = LoadConfig(path, sets, &cfg);
+  INFO(path << ": " << st.message());
+  REQUIRE(st.ok());
   return cfg;
 }
 std::string Shipped(const std::string& name) {

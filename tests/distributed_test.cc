@@ -2,6 +2,8 @@
 // the optimizer, and sharded checkpoints that survive torn writes.
 #include <catch2/catch.hpp>
 
+#include "tests/status_testing.h"
+
 #include <random>
 
 #include <cmath>
@@ -223,7 +225,7 @@ void WriteCheckpoint(const std::string& root, int64_t seq, int64_t version, bool
   for (int s = 0; s < 2; ++s) {
     const std::string bytes = ps::SerializeShardPart(Part(s, version, float(seq)));
     std::string error;
-    REQUIRE(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes, &error));
+    REQUIRE_OK(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes));
     m.parts.push_back({ps::ShardPartName(s), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
   }
   REQUIRE(ps::WriteManifest(dir, m).ok());
@@ -297,7 +299,7 @@ TEST_CASE("sharded checkpoint: without a manifest, truncated or NaN it is skippe
     ps::ShardPart bad = Part(0, 500, std::numeric_limits<float>::quiet_NaN());
     const std::string bytes = ps::SerializeShardPart(bad);
     std::string error;
-    REQUIRE(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(0), bytes, &error));
+    REQUIRE_OK(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(0), bytes));
     m.parts.push_back({ps::ShardPartName(0), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
     REQUIRE(ps::WriteManifest(dir, m).ok());
   }
@@ -351,12 +353,12 @@ TEST_CASE("sharded checkpoint: resharded from 3 shards to 2 and to 5 it holds th
       three.Gather(s, ms.data(), p.mean_square.data());
       three.Gather(s, mom.data(), p.momentum.data());
       const std::string bytes = ps::SerializeShardPart(p);
-      REQUIRE(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes, &error));
+      REQUIRE_OK(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes));
       m.parts.push_back({ps::ShardPartName(s), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
     }
     for (const auto& [name, text] : {std::pair<std::string, std::string>{"config.textproto", "old config"},
                                      {"counters.txt", "version 42\n"}}) {
-      REQUIRE(wire::WriteFileAtomically(dir + "/" + name, text, &error));
+      REQUIRE_OK(wire::WriteFileAtomically(dir + "/" + name, text));
       m.parts.push_back({name, int64_t(text.size()), wire::Fnv1a64(text.data(), text.size())});
     }
     REQUIRE(ps::WriteManifest(dir, m).ok());

@@ -4,6 +4,8 @@
 // directly in Python (a separate interpreter, the venv's) from the same seeds.
 #include <catch2/catch.hpp>
 
+#include "tests/status_testing.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -136,7 +138,7 @@ TEST_CASE("gym bridge: box actions reach gymnasium's Pendulum, whose dynamics th
   stampede::config::Config cfg;
   *cfg.mutable_env()->mutable_resolved_spec() = stampede::actors::SpecToProto(spec);
   stampede::wire::StepShape shape;
-  REQUIRE(stampede::ResolvedStepShape(cfg, &shape, &error));
+  REQUIRE_OK(stampede::ResolvedStepShape(cfg, &shape));
   CHECK(shape.box());
   CHECK(shape.num_actions == 2);  // a mean and a log-std per dimension
   // Step gymnasium with torques through the bridge; from each observation rebuild the
@@ -170,6 +172,7 @@ TEST_CASE("gym bridge: box actions reach gymnasium's Pendulum, whose dynamics th
   CHECK(moved > 1.0);
   // And a config without a resolved spec tells how to get one.
   stampede::config::Config bare;
-  CHECK_FALSE(stampede::ResolvedStepShape(bare, &shape, &error));
-  CHECK_THAT(error, Catch::Contains("stampede spec CONFIG"));
+  const stampede::base::Status st = stampede::ResolvedStepShape(bare, &shape);
+  CHECK_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("stampede spec CONFIG"));
 }

@@ -2,6 +2,8 @@
 // refuses one written for another network with both layouts in the message.
 #include <catch2/catch.hpp>
 
+#include "tests/status_testing.h"
+
 #include <filesystem>
 #include <limits>
 #include <thread>
@@ -50,9 +52,9 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     config::Config cfg = Base(dir.string(), 16);
     Shards shards(ctx, &cfg);
     learner::Learner first(cfg, ctx, "tcp://127.0.0.1:*", 1);
-    REQUIRE(first.Start(&error));
+    REQUIRE_OK(first.Start());
     first.Stop();
-    REQUIRE(first.WriteCheckpoint(&error));
+    REQUIRE_OK(first.WriteCheckpoint());
   }
   learner::CheckpointData saved;
   REQUIRE(learner::LoadCheckpoint((dir / "checkpoint.bin").string(), &saved).ok());
@@ -68,7 +70,7 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     cfg.mutable_learner()->set_restore_from(edited);
     Shards shards(ctx, &cfg);
     learner::Learner resumed(cfg, ctx, "tcp://127.0.0.1:*", 2);
-    REQUIRE(resumed.Start(&error));
+    REQUIRE_OK(resumed.Start());
     CHECK(resumed.policy_version() == 41);
     CHECK(resumed.env_frames() == 123450);  // the global count goes on
     wire::Status status;
@@ -81,7 +83,7 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     co.sender = wire::MakeSender(wire::ROLE_ACTOR, 0, 3);
     {
       wire::StepShape shape;
-      REQUIRE(ResolvedStepShape(cfg, &shape, &error));
+      REQUIRE_OK(ResolvedStepShape(cfg, &shape));
       auto net = net::MakeModelFromConfig(cfg, shape, &error);
       co.placement = std::make_shared<ps::Placement>(ps::PlacementFromConfig(cfg, net->layout()));
     }
@@ -98,8 +100,9 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     cfg.mutable_learner()->set_restore_from(edited);
     Shards shards(ctx, &cfg);
     learner::Learner other(cfg, ctx, "tcp://127.0.0.1:*", 2);
-    CHECK_FALSE(other.Start(&error));
-    CHECK_THAT(error, Catch::Contains("checkpoint is for another network") &&
+    const base::Status refused = other.Start();
+    CHECK_FALSE(refused.ok());
+    CHECK_THAT(refused.message(), Catch::Contains("checkpoint is for another network") &&
                           Catch::Contains("torso/0/w [50,16]") && Catch::Contains("torso/0/w [50,32]"));
   }
   SECTION("the same shapes with another activation are refused") {
@@ -108,8 +111,9 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     cfg.mutable_learner()->set_restore_from(edited);
     Shards shards(ctx, &cfg);
     learner::Learner other(cfg, ctx, "tcp://127.0.0.1:*", 2);
-    CHECK_FALSE(other.Start(&error));
-    CHECK_THAT(error, Catch::Contains("checkpoint is for another network") &&
+    const base::Status refused = other.Start();
+    CHECK_FALSE(refused.ok());
+    CHECK_THAT(refused.message(), Catch::Contains("checkpoint is for another network") &&
                           Catch::Contains("mlp activation relu") && Catch::Contains("mlp activation tanh"));
   }
   SECTION("a checkpoint holding NaN is refused") {
@@ -121,8 +125,9 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     cfg.mutable_learner()->set_restore_from(nan_path);
     Shards shards(ctx, &cfg);
     learner::Learner other(cfg, ctx, "tcp://127.0.0.1:*", 2);
-    CHECK_FALSE(other.Start(&error));
-    CHECK_THAT(error, Catch::Contains("non-finite parameters"));
+    const base::Status refused = other.Start();
+    CHECK_FALSE(refused.ok());
+    CHECK_THAT(refused.message(), Catch::Contains("non-finite parameters"));
   }
   SECTION("a damaged checkpoint is refused") {
     config::Config cfg = Base("", 16);
@@ -132,7 +137,8 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     cfg.mutable_learner()->set_restore_from(bad);
     Shards shards(ctx, &cfg);
     learner::Learner damaged(cfg, ctx, "tcp://127.0.0.1:*", 2);
-    CHECK_FALSE(damaged.Start(&error));
-    CHECK_THAT(error, Catch::Contains(bad));
+    const base::Status refused = damaged.Start();
+    CHECK_FALSE(refused.ok());
+    CHECK_THAT(refused.message(), Catch::Contains(bad));
   }
 }

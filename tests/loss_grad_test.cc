@@ -80,9 +80,9 @@ TEST_CASE("loss: value equals the definition computed from the network outputs",
     pg -= targets.pg_advantages[i] * logp_a;
     base += 0.5 * (targets.vs[i] - values[i]) * (targets.vs[i] - values[i]);
   }
-  CHECK(st.pg_loss == Approx(pg));
-  CHECK(st.baseline_loss == Approx(opt.baseline_cost * base));
-  CHECK(st.entropy == Approx(ent / (T * B)));
+  CHECK(st.m[base::StepMetric::kPgLoss] == Approx(pg));
+  CHECK(st.m[base::StepMetric::kBaselineLoss] == Approx(opt.baseline_cost * base));
+  CHECK(st.m[base::StepMetric::kEntropy] == Approx(ent / (T * B)));
   CHECK(st.total == Approx(pg + opt.baseline_cost * base - opt.entropy_cost * ent));
 }
 
@@ -369,8 +369,8 @@ TEST_CASE("loss: replayed unrolls use their stored behaviour logits, importance 
       ent_fresh -= std::exp(lp) * lp;
     }
   }
-  CHECK(st.pg_loss == Approx(pg));
-  CHECK(st.baseline_loss == Approx(opt.baseline_cost * base));
+  CHECK(st.m[base::StepMetric::kPgLoss] == Approx(pg));
+  CHECK(st.m[base::StepMetric::kBaselineLoss] == Approx(opt.baseline_cost * base));
   CHECK(st.total == Approx(pg + opt.baseline_cost * base - opt.entropy_cost * ent_fresh));
 
   SECTION("the trust region leaves out replayed steps whose policy moved too far") {
@@ -383,7 +383,7 @@ TEST_CASE("loss: replayed unrolls use their stored behaviour logits, importance 
       if (i % B == 2) continue;
       pg_fresh -= targets.pg_advantages[i] * log_softmax(&logits[i * A], A, marked.actions[i]);
     }
-    CHECK(cut.pg_loss == Approx(pg_fresh));
+    CHECK(cut.m[base::StepMetric::kPgLoss] == Approx(pg_fresh));
     o3.trust_region_kl = 1e9;  // none is
     CHECK(learner::LossAndGrad(mlp, p.data(), marked, targets, o3, static_cast<double*>(nullptr))
               .trust_region_dropped == 0);
@@ -447,7 +447,7 @@ TEST_CASE("loss: normalize_advantages standardises the advantages over the batch
     for (int j = 0; j < A; ++j) z += std::exp(logits[i * A + j]);
     pg -= (targets.pg_advantages[i] - mean) / std::sqrt(var) * (logits[i * A + batch.actions[i]] - std::log(z));
   }
-  CHECK(st.pg_loss == Approx(pg).epsilon(1e-9));
+  CHECK(st.m[base::StepMetric::kPgLoss] == Approx(pg).epsilon(1e-9));
 
   // The gradient is still the loss's (the statistics are constants, as the targets are).
   CHECK(CheckAgainstFiniteDifferences(mlp, p, batch, targets, opt, grad) == N);

@@ -167,8 +167,8 @@ TEST_CASE("networks: net.layers in a config becomes the model's list, and bad li
     return path.string();
   };
   auto load = [](const std::string& path, LoadedConfig* cfg) {
-    std::string error;
-    return LoadConfig(path, {}, cfg, &error) ? std::string() : error;
+    const base::Status st = LoadConfig(path, {}, cfg);
+    return st.ok() ? std::string() : st.message();
   };
   LoadedConfig cfg;
   const std::string ok = write("ok", "env { name: \"Catch\" }\nnet {\n  layers { conv { channels: 8 kernel: 3 padding: 1 } }\n"
@@ -197,4 +197,21 @@ TEST_CASE("networks: net.layers in a config becomes the model's list, and bad li
                                                                                "expected an integer in [1, 65536]"));
   const std::string centred = write("centred", "net {\n  center_frames: true\n  layers { dense { units: 4 } }\n}\n");
   CHECK_THAT(load(centred, &cfg), Catch::Contains("net.center_frames centres image channels, but the torso (net.layers)"));
+}
+
+TEST_CASE("networks: the schema's torso presets are net's registry, in order, with the same image flag", "[net][config]") {
+  // The config check reads net.torso's names and which take images from config.proto
+  // (TorsoPreset); net/network.cc builds them. The two lists must be one list.
+  const auto* names = config::TorsoPreset::Name_descriptor();
+  const auto presets = net::TorsoPresets();
+  REQUIRE(size_t(names->value_count()) == presets.size());
+  for (int i = 0; i < names->value_count(); ++i) {
+    INFO("preset " << i << ": " << names->value(i)->name());
+    CHECK(names->value(i)->name() == std::string(presets[size_t(i)].name));
+    CHECK(names->value(i)->options().GetExtension(config::images) ==
+          presets[size_t(i)].build(net::PresetArgs{}).images());
+  }
+  // The default (an unset torso) is the first in both.
+  CHECK(ChoiceOf<config::TorsoPreset>("") == config::TorsoPreset::mlp);
+  CHECK(net::FindTorsoPreset("") == &presets.front());
 }

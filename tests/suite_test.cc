@@ -2,6 +2,8 @@
 // masks, PopArt, reports, TensorBoard files, evaluation and export.
 #include <catch2/catch.hpp>
 
+#include "tests/status_testing.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,7 +42,7 @@ config::Config Parse(const std::string& text) {
   config::Config cfg;
   std::string error;
   INFO(error);
-  REQUIRE(ParseConfigText(text, "test", &cfg, &error));
+  REQUIRE_OK(ParseConfigText(text, "test", &cfg));
   return cfg;
 }
 
@@ -55,7 +57,7 @@ void ResolveTasks(config::Config* cfg) {
   config::EnvSpec joint;
   std::string error;
   INFO(error);
-  REQUIRE(wire::JoinTaskSpecs(*cfg, &joint, &error));
+  REQUIRE_OK(wire::JoinTaskSpecs(*cfg, &joint));
   *cfg->mutable_env()->mutable_resolved_spec() = joint;
 }
 
@@ -110,9 +112,9 @@ TEST_CASE("tasks: config errors name the task and the field", "[suite][config]")
     const std::string path = fs::temp_directory_path() / ("stampede_suite_cfg_" + std::to_string(::getpid()) + ".textproto");
     std::ofstream(path) << text;
     LoadedConfig loaded;
-    std::string error;
-    CHECK_FALSE(LoadConfig(path, {}, &loaded, &error));
-    return error;
+    const base::Status st = LoadConfig(path, {}, &loaded);
+    CHECK_FALSE(st.ok());
+    return st.message();
   };
   CHECK_THAT(load("env { name: \"Catch\" }\ntasks { name: \"a\" env { name: \"Catch\" } }"),
              Catch::Contains("env and tasks are both set"));
@@ -137,19 +139,21 @@ tasks { name: "vector" env { name: "Catch" } })");
     *cfg.mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
   }
   config::EnvSpec joint;
-  std::string error;
-  CHECK_FALSE(wire::JoinTaskSpecs(cfg, &joint, &error));
-  CHECK_THAT(error, Catch::Contains("task \"vector\" cannot join the suite: its observations are float32, task \"pixels\"'s are uint8"));
+  const base::Status mixed = wire::JoinTaskSpecs(cfg, &joint);
+  CHECK_FALSE(mixed.ok());
+  CHECK_THAT(mixed.message(), Catch::Contains("task \"vector\" cannot join the suite: its observations are float32, task \"pixels\"'s are uint8"));
   auto box = Parse(R"(
 tasks { name: "catch" env { name: "Catch" } }
 tasks { name: "pendulum" env { name: "Pendulum-v1" } })");
   for (int t = 0; t < 2; ++t) {
     envs::EnvSpec spec;
+    std::string error;
     REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(wire::TaskEnvConfig(box, t)), &spec, &error));
     *box.mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
   }
-  CHECK_FALSE(wire::JoinTaskSpecs(box, &joint, &error));
-  CHECK_THAT(error, Catch::Contains("task \"pendulum\" cannot join the suite") && Catch::Contains("not discrete"));
+  const base::Status boxed = wire::JoinTaskSpecs(box, &joint);
+  CHECK_FALSE(boxed.ok());
+  CHECK_THAT(boxed.message(), Catch::Contains("task \"pendulum\" cannot join the suite") && Catch::Contains("not discrete"));
 }
 
 TEST_CASE("tasks: observations are padded (across ranks: flattened) or resized by nearest neighbour", "[suite]") {
@@ -192,7 +196,7 @@ TEST_CASE("tasks: a task's actor never samples an action it does not have", "[su
   REQUIRE(core);
   std::vector<float> params(core->param_count());
   wire::StepShape shape;
-  REQUIRE(ResolvedStepShape(cfg, &shape, &error));
+  REQUIRE_OK(ResolvedStepShape(cfg, &shape));
   auto net = net::MakeModelFromConfig(cfg, shape, &error);
   net::InitParams(net->spec(), 3, params);
   // A policy that prefers the missing action 2 strongly.
@@ -223,7 +227,7 @@ TEST_CASE("tasks: the masked loss gives masked actions no probability and no gra
   ResolveTasks(&cfg);
   wire::StepShape shape;
   std::string error;
-  REQUIRE(ResolvedStepShape(cfg, &shape, &error));
+  REQUIRE_OK(ResolvedStepShape(cfg, &shape));
   auto net = net::MakeCpuModel<double>(net::ModelSpecFromConfig(cfg, shape));
   std::vector<double> params(net->layout().total_size());
   std::vector<float> init(params.size());
@@ -376,11 +380,10 @@ tasks { name: "d" env { name: "Catch" } random_score: 5 }
   m << row(3000, 6, 100, 0.5, 130, 6) << "\n";
   m << "{\"env_frames\": 40";  // torn last line of an interrupted run
   m.close();
-  tools::RunReport r;
-  std::string error;
-  INFO(error);
-  REQUIRE(tools::ComputeReport(dir, &r, &error));
-  REQUIRE(tools::WriteReport(dir, r, &error));
+  const base::StatusOr<tools::RunReport> computed = tools::ComputeReport(dir);
+  REQUIRE_OK(computed);
+  const tools::RunReport& r = *computed;
+  REQUIRE_OK(tools::WriteReport(dir, r));
   // Final: a 6 -> 0.6; b 0.5 -> 0.75; c 130 -> 0.3; d has no reference.
   // Mean (0.6 + 0.75 + 0.3) / 3 = 0.55; median 0.6.
   REQUIRE(r.tasks.size() == 4);
@@ -440,15 +443,14 @@ tasks { name: "Qbert" env { gym_id: "ALE/Qbert-v5" atari { game: "Qbert" } } ran
   }
   std::ofstream(dir + "/metrics.jsonl") << nlohmann::json{{"env_frames", 25000000}, {"elapsed_s", 3000}, {"tasks", t}}.dump()
                                         << "\n";
-  tools::RunReport r;
-  std::string error;
-  INFO(error);
-  REQUIRE(tools::ComputeReport(dir, &r, &error));
+  const base::StatusOr<tools::RunReport> computed = tools::ComputeReport(dir);
+  REQUIRE_OK(computed);
+  const tools::RunReport& r = *computed;
   // 10^(0.38198 log10(101) + 0.31080 log10(51) + 0.08049 log10(101)) - 1, written as powers.
   const double expected = std::pow(101.0, 0.38198 + 0.08049) * std::pow(51.0, 0.31080) - 1;
   CHECK(r.atari5_median_percent == Approx(expected));
   CHECK(std::isnan(r.eval_atari5_median_percent));  // no evaluation round
-  REQUIRE(tools::WriteReport(dir, r, &error));
+  REQUIRE_OK(tools::WriteReport(dir, r));
   std::ifstream md(dir + "/report.md");
   const std::string text((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   CHECK_THAT(text, Catch::Contains("Atari-5 estimate") && Catch::Contains("40% median"));
@@ -457,8 +459,9 @@ tasks { name: "Qbert" env { gym_id: "ALE/Qbert-v5" atari { game: "Qbert" } } ran
 tasks { name: "BattleZone" env { gym_id: "ALE/BattleZone-v5" } random_score: 2360 reference_score: 37187.5 }
 tasks { name: "Qbert" env { gym_id: "ALE/Qbert-v5" } random_score: 163.9 reference_score: 13455 }
 )";
-  REQUIRE(tools::ComputeReport(dir, &r, &error));
-  CHECK(std::isnan(r.atari5_median_percent));
+  const base::StatusOr<tools::RunReport> four = tools::ComputeReport(dir);
+  REQUIRE_OK(four);
+  CHECK(std::isnan(four->atari5_median_percent));
 }
 
 TEST_CASE("report: one Atari game run alone is human-normalised by the table", "[suite][report][atari]") {
@@ -467,10 +470,9 @@ TEST_CASE("report: one Atari game run alone is human-normalised by the table", "
   nlohmann::json t;
   t["ALE/Breakout-v5"] = {{"mean_return_100", 30.5}, {"returns_counted", 100}, {"env_frames", 1000}, {"episodes", 200}};
   std::ofstream(dir + "/metrics.jsonl") << nlohmann::json{{"env_frames", 1000}, {"elapsed_s", 1}, {"tasks", t}}.dump() << "\n";
-  tools::RunReport r;
-  std::string error;
-  INFO(error);
-  REQUIRE(tools::ComputeReport(dir, &r, &error));
+  const base::StatusOr<tools::RunReport> computed = tools::ComputeReport(dir);
+  REQUIRE_OK(computed);
+  const tools::RunReport& r = *computed;
   REQUIRE(r.tasks.size() == 1);
   CHECK(r.tasks[0].normalised == Approx(1.0));
 }
@@ -480,8 +482,7 @@ TEST_CASE("tensorboard: CRC32C matches its check value and the files parse with 
   const std::string dir = TempDir("tb");
   {
     wire::TensorBoardWriter tb;
-    std::string error;
-    REQUIRE(tb.Open(dir + "/tb", &error));
+    REQUIRE_OK(tb.Open(dir + "/tb"));
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     for (int i = 0; i < 5; ++i) {
       REQUIRE(tb.WriteScalars(1000 * (i + 1), now + i, {{"return_100/catch", 0.25 * i}, {"frames_per_s", 100.0 + i}}));
@@ -514,7 +515,7 @@ TEST_CASE("export: the .npz holds every tensor by name, as numpy reads it", "[su
   *cfg.mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
   std::ofstream(dir + "/config.textproto") << ConfigToText(cfg);
   wire::StepShape shape;
-  REQUIRE(ResolvedStepShape(cfg, &shape, &error));
+  REQUIRE_OK(ResolvedStepShape(cfg, &shape));
   auto net = net::MakeModelFromConfig(cfg, shape, &error);
   learner::CheckpointData d;
   d.layout_fingerprint = net->layout().Fingerprint();
@@ -553,7 +554,7 @@ TEST_CASE("gif: a recorded episode is a GIF that Pillow reads frame by frame", "
     frames.push_back(rgb);
   }
   std::string error;
-  REQUIRE(tools::WriteGif(dir + "/ep.gif", 30, 20, frames, 10, &error));
+  REQUIRE_OK(tools::WriteGif(dir + "/ep.gif", 30, 20, frames, 10));
   RequireVenvWith("PIL");
   std::string out;
   const int code = RunPython("from PIL import Image\nim = Image.open('" + dir + "/ep.gif')\n"

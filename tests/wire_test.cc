@@ -2,6 +2,8 @@
 // with the right reason, and a live learner counts them while it keeps training.
 #include <catch2/catch.hpp>
 
+#include "tests/status_testing.h"
+
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -313,7 +315,7 @@ TEST_CASE("wire: a live learner drops and counts bad trajectories and keeps trai
 
   learner::Learner learner(cfg, ctx, "tcp://127.0.0.1:*", 1);
   std::string error;
-  REQUIRE(learner.Start(&error));
+  REQUIRE_OK(learner.Start());
   zmq::socket_t push(ctx, zmq::socket_type::push);
   push.set(zmq::sockopt::linger, 0);
   push.connect(learner.endpoint());
@@ -379,7 +381,7 @@ TEST_CASE("wire: a live learner skips and counts a step whose loss is not finite
   cfg.mutable_cluster()->add_ps(servers.endpoints[0]);
   learner::Learner learner(cfg, ctx, "tcp://127.0.0.1:*", 1);
   std::string error;
-  REQUIRE(learner.Start(&error));
+  REQUIRE_OK(learner.Start());
   zmq::socket_t push(ctx, zmq::socket_type::push);
   push.set(zmq::sockopt::linger, 0);
   push.connect(learner.endpoint());
@@ -447,7 +449,7 @@ TEST_CASE("wire: a live learner with replay mixes exactly fraction x B replayed 
   for (const auto& ep : servers.endpoints) cfg.mutable_cluster()->add_ps(ep);
   learner::Learner learner(cfg, ctx, "tcp://127.0.0.1:*", 1);
   std::string error;
-  REQUIRE(learner.Start(&error));
+  REQUIRE_OK(learner.Start());
   zmq::socket_t push(ctx, zmq::socket_type::push);
   push.set(zmq::sockopt::linger, 0);
   push.connect(learner.endpoint());

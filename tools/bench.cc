@@ -184,8 +184,8 @@ int RunBench(const BenchOptions& opt) {
   Copies copies(std::min(opt.copies, Copies::kMax));
   LoadedConfig loaded;
   std::string error;
-  if (!LoadConfig(opt.config_path, opt.sets, &loaded, &error)) {
-    base::LogError("%s\n", error.c_str());
+  if (const base::Status st = LoadConfig(opt.config_path, opt.sets, &loaded); !st.ok()) {
+    base::LogError("%s\n", st.message().c_str());
     return 2;
   }
   config::Config cfg = loaded.config;
@@ -251,8 +251,8 @@ int RunBench(const BenchOptions& opt) {
     config::Config with_spec = cfg;
     *with_spec.mutable_env()->mutable_resolved_spec() = actors::SpecToProto(env->spec());
     wire::StepShape shape;
-    if (!ResolvedStepShape(with_spec, &shape, &error)) {
-      base::LogError("%s\n", error.c_str());
+    if (const base::Status st = ResolvedStepShape(with_spec, &shape); !st.ok()) {
+      base::LogError("%s\n", st.message().c_str());
       return 2;
     }
     const int64_t bytes = wire::TrajectoryBytes(cfg.actors().unroll_length(), E, shape);

@@ -30,7 +30,8 @@ bool LoadEvalConfig(const std::string& checkpoint, const std::string& given, con
   const std::string path =
       given.empty() ? (std::filesystem::path(checkpoint).parent_path() / "config.textproto").string() : given;
   LoadedConfig loaded;
-  if (!LoadConfig(path, {}, &loaded, error)) {
+  if (const base::Status st = LoadConfig(path, {}, &loaded); !st.ok()) {
+    *error = st.message();
     if (given.empty()) *error += " (the checkpoint's run directory has no readable config; pass --config)";
     return false;
   }
@@ -41,15 +42,13 @@ bool LoadEvalConfig(const std::string& checkpoint, const std::string& given, con
   return resolved.ok();
 }
 
-bool LoadParams(const std::string& checkpoint, const net::ParamLayout& layout, learner::CheckpointData* d,
-                std::string* error) {
-  if (!base::ReportTo(learner::LoadCheckpoint(checkpoint, d), error)) return false;
+base::Status LoadParams(const std::string& checkpoint, const net::ParamLayout& layout, learner::CheckpointData* d) {
+  RETURN_IF_ERROR(learner::LoadCheckpoint(checkpoint, d));
   if (d->layout_fingerprint != layout.Fingerprint() || d->params.size() != size_t(layout.total_size())) {
-    *error = checkpoint + ": the checkpoint is for another network:\n" + d->layout_text +
-             "the config's network is:\n" + learner::LayoutText(layout);
-    return false;
+    return base::InvalidArgument(checkpoint + ": the checkpoint is for another network:\n" + d->layout_text +
+             "the config's network is:\n" + learner::LayoutText(layout));
   }
-  return true;
+  return base::OkStatus();
 }
 
 // One observation as RGB pixels (nullopt: not an image). [C, H, W] uint8: RGB if C = 3,
@@ -116,7 +115,12 @@ bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<E
     const int E = std::clamp(opt.episodes, 1, 16);
     auto runner = actors::EpisodeRunner::Create(cfg, task, E, error);
     if (!runner) return false;
-    if (!loaded && !LoadParams(opt.checkpoint, runner->layout(), &d, error)) return false;
+    if (!loaded) {
+      if (const base::Status st = LoadParams(opt.checkpoint, runner->layout(), &d); !st.ok()) {
+        *error = st.message();
+        return false;
+      }
+    }
     loaded = true;
     actors::EpisodeOptions eo;
     eo.episodes = opt.episodes;
@@ -151,7 +155,10 @@ bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<E
     results->push_back({wire::TaskName(cfg, task), r.mean, r.std, r.episodes, r.capped});
     if (record) {
       recorded = true;
-      if (!WriteGif(opt.record, fw, fh, frames, 10, error)) return false;
+      if (const base::Status st = WriteGif(opt.record, fw, fh, frames, 10); !st.ok()) {
+        *error = st.message();
+        return false;
+      }
     }
   }
   return true;
@@ -179,11 +186,10 @@ int RunEvalCommand(const EvalOptions& opt, const std::string& self_exe) {
 
 // --- GIF: LZW at a fixed 9-bit code width (a clear code every 254 literals keeps the
 // decoder's table from growing past 9 bits), which every reader accepts.
-bool WriteGif(const std::string& path, int width, int height, const std::vector<std::vector<uint8_t>>& frames,
-              int delay_cs, std::string* error) {
+base::Status WriteGif(const std::string& path, int width, int height, const std::vector<std::vector<uint8_t>>& frames,
+                      int delay_cs) {
   if (frames.empty() || width <= 0 || height <= 0 || width > 65535 || height > 65535) {
-    *error = "--record: nothing to write";
-    return false;
+    return base::InvalidArgument("--record: nothing to write");
   }
   std::string out = "GIF89a";
   auto u16 = [&](int v) {
@@ -248,7 +254,7 @@ bool WriteGif(const std::string& path, int width, int height, const std::vector<
     out += char(0);
   }
   out += ';';
-  return wire::WriteFileAtomically(path, out, error);
+  return wire::WriteFileAtomically(path, out);
 }
 
 // --- .npz: a zip (stored, no compression) of .npy files, one per tensor.
@@ -349,21 +355,25 @@ class Zip {
 int RunExportCommand(const std::string& checkpoint, const std::string& out_path, const std::string& config_path) {
   std::string error;
   learner::CheckpointData d;
-  if (!base::ReportTo(learner::LoadCheckpoint(checkpoint, &d), &error)) {
-    base::LogError("stampede export: %s\n", error.c_str());
+  if (const base::Status st = learner::LoadCheckpoint(checkpoint, &d); !st.ok()) {
+    base::LogError("stampede export: %s\n", st.message().c_str());
     return 2;
   }
   // The layout comes from the run's config (checked against the checkpoint's fingerprint).
   config::Config cfg;
   wire::StepShape shape;
   std::unique_ptr<net::Model<float>> net;
-  if (!LoadEvalConfig(checkpoint, config_path, coordinator::SelfExePath(), &cfg, &error) || !ResolvedStepShape(cfg, &shape, &error) ||
-      !(net = net::MakeModelFromConfig(cfg, shape, &error))) {
+  if (LoadEvalConfig(checkpoint, config_path, coordinator::SelfExePath(), &cfg, &error)) {
+    if (const base::Status st = ResolvedStepShape(cfg, &shape); !st.ok()) error = st.message();
+  } else if (error.empty()) {
+    error = "cannot load the config";
+  }
+  if (!error.empty() || !(net = net::MakeModelFromConfig(cfg, shape, &error))) {
     base::LogError("stampede export: %s\n", error.c_str());
     return 2;
   }
-  if (!LoadParams(checkpoint, net->layout(), &d, &error)) {
-    base::LogError("stampede export: %s\n", error.c_str());
+  if (const base::Status st = LoadParams(checkpoint, net->layout(), &d); !st.ok()) {
+    base::LogError("stampede export: %s\n", st.message().c_str());
     return 2;
   }
   auto ends_with = [&](const std::string& ext) {
@@ -372,8 +382,9 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   if (ends_with(".onnx")) {
     // The policy from the network's layer list (net/onnx_export.h).
     auto bytes = net::ExportOnnx(net->spec(), d.params);
-    if (!bytes.ok() || !wire::WriteFileAtomically(out_path, *bytes, &error)) {
-      base::LogError("stampede export: %s\n", bytes.ok() ? error.c_str() : bytes.status().message().c_str());
+    const base::Status st = bytes.ok() ? wire::WriteFileAtomically(out_path, *bytes) : bytes.status();
+    if (!st.ok()) {
+      base::LogError("stampede export: %s\n", st.message().c_str());
       return 2;
     }
     std::printf("stampede export: the policy (%s%s, %lld parameters, version %lld) as ONNX to %s: inputs observation%s, "
@@ -403,8 +414,8 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   zip.Add("__layout__.npy", Npy("|S" + std::to_string(std::max<size_t>(1, layout.size())), {}, layout));
   std::string net_text = ConfigToText(cfg);
   zip.Add("__config__.npy", Npy("|S" + std::to_string(std::max<size_t>(1, net_text.size())), {}, net_text));
-  if (!wire::WriteFileAtomically(out_path, zip.Finish(), &error)) {
-    base::LogError("stampede export: %s\n", error.c_str());
+  if (const base::Status st = wire::WriteFileAtomically(out_path, zip.Finish()); !st.ok()) {
+    base::LogError("stampede export: %s\n", st.message().c_str());
     return 2;
   }
   std::printf("stampede export: %zu tensors (%lld parameters, version %lld) to %s\n", net->layout().tensors().size(),

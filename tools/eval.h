@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace stampede::tools {
 
 struct EvalOptions {
@@ -37,7 +39,7 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
 
 // Writes frames (each H x W RGB, row-major) as an animated GIF (256-colour palette,
 // 3-3-2 bits per channel), `delay_cs` hundredths of a second per frame.
-[[nodiscard]] bool WriteGif(const std::string& path, int width, int height,
-                            const std::vector<std::vector<uint8_t>>& rgb_frames, int delay_cs, std::string* error);
+base::Status WriteGif(const std::string& path, int width, int height,
+                      const std::vector<std::vector<uint8_t>>& rgb_frames, int delay_cs);
 
 }  // namespace stampede::tools

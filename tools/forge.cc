@@ -222,14 +222,13 @@ int ForgeStatuses(Attacker& a, bool flood, int count, int flood_mb) {
 
 int PoisonCheckpoint(const std::string& in, const std::string& out) {
   learner::CheckpointData d;
-  std::string error;
-  if (!base::ReportTo(learner::LoadCheckpoint(in, &d), &error)) {
-    base::LogError("forge: %s\n", error.c_str());
+  if (const base::Status st = learner::LoadCheckpoint(in, &d); !st.ok()) {
+    base::LogError("forge: %s\n", st.message().c_str());
     return 2;
   }
   d.params[d.params.size() / 2] = std::numeric_limits<float>::quiet_NaN();
-  if (!base::ReportTo(learner::SaveCheckpoint(out, d), &error)) {
-    base::LogError("forge: %s\n", error.c_str());
+  if (const base::Status st = learner::SaveCheckpoint(out, d); !st.ok()) {
+    base::LogError("forge: %s\n", st.message().c_str());
     return 2;
   }
   std::printf("forge: %s with one NaN parameter, valid checksum\n", out.c_str());
@@ -259,8 +258,8 @@ int main(int argc, char** argv) {
   Attacker a;
   LoadedConfig loaded;
   std::string error;
-  if (!LoadConfig(run_dir + "/config.textproto", {}, &loaded, &error)) {
-    base::LogError("forge: %s\n", error.c_str());
+  if (const base::Status st = LoadConfig(run_dir + "/config.textproto", {}, &loaded); !st.ok()) {
+    base::LogError("forge: %s\n", st.message().c_str());
     return 2;
   }
   a.cfg = loaded.config;

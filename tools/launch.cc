@@ -143,8 +143,8 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
     sets.insert(sets.end(), points[p].begin(), points[p].end());
     sets.push_back("actors.num_actors=" + std::to_string(actors));
     LoadedConfig loaded;
-    if (!LoadConfig(opt.config_path, sets, &loaded, &error)) {
-      return fail(points.size() > 1 ? "point " + std::to_string(p) + ": " + error : error);
+    if (const base::Status st = LoadConfig(opt.config_path, sets, &loaded); !st.ok()) {
+      return fail(points.size() > 1 ? "point " + std::to_string(p) + ": " + st.message() : st.message());
     }
     config::Config cfg = loaded.config;
     // The job picks the endpoints on the node it gets.
@@ -170,12 +170,16 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
     }
     std::string header = "# stampede launch slurm: " + opt.config_path;
     for (const auto& s : sets) header += " --set " + s;
-    if (!wire::WriteFileAtomically(name, header + "\n" + ConfigToText(cfg), &error)) return fail(error);
+    if (const base::Status st = wire::WriteFileAtomically(name, header + "\n" + ConfigToText(cfg)); !st.ok()) {
+      return fail(st.message());
+    }
     configs.push_back(name);
     dirs.push_back(dir);
   }
   const std::string script = root + "/job.sbatch";
-  if (!wire::WriteFileAtomically(script, SlurmJobScript(opt, configs, dirs), &error)) return fail(error);
+  if (const base::Status st = wire::WriteFileAtomically(script, SlurmJobScript(opt, configs, dirs)); !st.ok()) {
+    return fail(st.message());
+  }
   fs::permissions(script, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add, ec);
   std::printf("stampede launch slurm: wrote %s (%zu run%s, %d actor node(s) x %d actors)\n", script.c_str(),
               configs.size(), configs.size() > 1 ? "s: a job array" : "", opt.actor_nodes, opt.actors_per_node);

@@ -147,7 +147,10 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   std::vector<std::string> sets = opt.sets;
   if (opt.actors > 0) sets.push_back("actors.num_actors=" + std::to_string(opt.actors));
   LoadedConfig loaded;
-  if (!LoadConfig(opt.config_path, sets, &loaded, error)) return false;
+  if (const base::Status st = LoadConfig(opt.config_path, sets, &loaded); !st.ok()) {
+    *error = st.message();
+    return false;
+  }
   if (opt.learner_gpus < 0) {
     *error = "--learner-gpus must be 0 or more";
     return false;
@@ -188,11 +191,11 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
                            ":" + std::to_string(kLearnerPort);
     if (learners > 1) cl->add_learners(ep);
     if (l == 0) cl->set_learner(ep);
-    if (cfg.actors().inference() == "central") {
+    if (InferenceOf(cfg) == config::Inference::central) {
       cl->add_inference("tcp://" + w.name + "-learner-" + std::to_string(l) + "." + w.name + "-learner" + domain + ":" +
                         std::to_string(kInferencePort));
     }
-    if (cfg.learner().update_mode() == "allreduce") {
+    if (UpdateModeOf(cfg) == config::UpdateMode::allreduce) {
       cl->add_allreduce("tcp://" + w.name + "-learner-" + std::to_string(l) + "." + w.name + "-learner" + domain + ":" +
                         std::to_string(kAllreducePort));
     }
@@ -255,8 +258,8 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   pvc << "  resources:\n    requests:\n      storage: " << opt.storage << "\n";
   files->push_back({"03-run-volume.yaml", pvc.str()});
   std::vector<std::pair<std::string, int>> learner_ports = {{"trajectories", kLearnerPort}};
-  if (cfg.actors().inference() == "central") learner_ports.push_back({"inference", kInferencePort});
-  if (cfg.learner().update_mode() == "allreduce") learner_ports.push_back({"allreduce", kAllreducePort});
+  if (InferenceOf(cfg) == config::Inference::central) learner_ports.push_back({"inference", kInferencePort});
+  if (UpdateModeOf(cfg) == config::UpdateMode::allreduce) learner_ports.push_back({"allreduce", kAllreducePort});
   files->push_back({"04-services.yaml", w.HeadlessService("coordinator", {{"status", kStatusPort}, {"control", kControlPort}}) +
                                             "---\n" + w.HeadlessService("ps", {{"ps", kPsPort}}) + "---\n" +
                                             w.HeadlessService("learner", learner_ports)});
@@ -334,8 +337,8 @@ int LaunchK8s(const K8sLaunchOptions& opt) {
   }
   for (const auto& [name, text] : files) {
     const std::string path = opt.out_dir + "/" + name;
-    if (!wire::WriteFileAtomically(path, text, &error)) {
-      base::LogError("stampede launch k8s: %s\n", error.c_str());
+    if (const base::Status st = wire::WriteFileAtomically(path, text); !st.ok()) {
+      base::LogError("stampede launch k8s: %s\n", st.message().c_str());
       return 2;
     }
     if (name == "02-keys.yaml") fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, ec);

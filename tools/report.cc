@@ -50,23 +50,17 @@ double Atari5Estimate(const config::Config& cfg, const std::vector<TaskReport>& 
 }
 }  // namespace
 
-bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* error) {
+base::StatusOr<RunReport> ComputeReport(const std::string& run_dir) {
   config::Config cfg;
   {
     std::ifstream in(run_dir + "/config.textproto");
-    if (!in) {
-      *error = run_dir + "/config.textproto: cannot be read (is " + run_dir + " a run directory?)";
-      return false;
-    }
+    if (!in) return base::InvalidArgument(run_dir + "/config.textproto: cannot be read (is " + run_dir + " a run directory?)");
     std::stringstream text;
     text << in.rdbuf();
-    if (!ParseConfigText(text.str(), run_dir + "/config.textproto", &cfg, error)) return false;
+    RETURN_IF_ERROR(ParseConfigText(text.str(), run_dir + "/config.textproto", &cfg));
   }
   std::ifstream metrics(run_dir + "/metrics.jsonl");
-  if (!metrics) {
-    *error = run_dir + "/metrics.jsonl: cannot be read";
-    return false;
-  }
+  if (!metrics) return base::InvalidArgument(run_dir + "/metrics.jsonl: cannot be read");
   RunReport r;
   const int n = wire::NumTasks(cfg);
   r.tasks.resize(size_t(n));
@@ -125,10 +119,7 @@ bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* erro
       tr.scored = true;
     }
   }
-  if (rows == 0) {
-    *error = run_dir + "/metrics.jsonl: no progress rows yet";
-    return false;
-  }
+  if (rows == 0) return base::Unavailable(run_dir + "/metrics.jsonl: no progress rows yet");
   std::vector<double> normalised, eval_normalised;
   for (TaskReport& tr : r.tasks) {
     config::TaskConfig task;
@@ -146,11 +137,10 @@ bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* erro
   r.frames_per_s = r.elapsed_s > 0 ? double(r.env_frames) / r.elapsed_s : 0;
   std::error_code ec;
   r.finished = std::filesystem::exists(run_dir + "/summary.json", ec);
-  *out = r;
-  return true;
+  return r;
 }
 
-bool WriteReport(const std::string& run_dir, const RunReport& r, std::string* error) {
+base::Status WriteReport(const std::string& run_dir, const RunReport& r) {
   std::ostringstream csv;
   csv << "task,final_score,best_score,env_frames,episodes,random_score,reference_score,normalised_score,"
          "eval_score,eval_episodes,eval_normalised_score\n";
@@ -214,16 +204,16 @@ bool WriteReport(const std::string& run_dir, const RunReport& r, std::string* er
   }
   md << "\nLearning curves: report.png (one panel per task, its own frames on the x axis"
      << (std::isnan(r.mean_normalised) ? "" : "; the last panel the normalised mean and median") << ").\n";
-  return wire::WriteFileAtomically(run_dir + "/report.csv", csv.str(), error) &&
-         wire::WriteFileAtomically(run_dir + "/report.md", md.str(), error);
+  RETURN_IF_ERROR(wire::WriteFileAtomically(run_dir + "/report.csv", csv.str()));
+  return wire::WriteFileAtomically(run_dir + "/report.md", md.str());
 }
 
-bool PlotReport(const std::string& run_dir, std::string* error) {
+base::Status PlotReport(const std::string& run_dir) {
   const std::string python = envs::PythonVenvPath("") + "/bin/python";
   const std::string script = std::string(STAMPEDE_SOURCE_DIR) + "/tools/plot_report.py";
   if (::access(python.c_str(), X_OK) != 0) {
-    *error = "no Python venv at " + envs::PythonVenvPath("") + " (make it with tools/setup.sh, or set STAMPEDE_VENV)";
-    return false;
+    return base::Unavailable("no Python venv at " + envs::PythonVenvPath("") +
+                             " (make it with tools/setup.sh, or set STAMPEDE_VENV)");
   }
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -234,25 +224,24 @@ bool PlotReport(const std::string& run_dir, std::string* error) {
   while (pid > 0 && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (pid < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    *error = script + " failed (exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")";
-    return false;
+    return base::Internal(script + " failed (exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
   }
-  return true;
+  return base::OkStatus();
 }
 
 int RunReportCommand(const std::string& run_dir) {
-  RunReport r;
-  std::string error;
-  if (!ComputeReport(run_dir, &r, &error) || !WriteReport(run_dir, r, &error)) {
-    base::LogError("stampede report: %s\n", error.c_str());
+  base::StatusOr<RunReport> r = ComputeReport(run_dir);
+  const base::Status written = r.ok() ? WriteReport(run_dir, *r) : r.status();
+  if (!written.ok()) {
+    base::LogError("stampede report: %s\n", written.message().c_str());
     return 2;
   }
   std::ifstream md(run_dir + "/report.md");
   std::stringstream text;
   text << md.rdbuf();
   std::fputs(text.str().c_str(), stdout);
-  if (!PlotReport(run_dir, &error)) {
-    base::LogError("stampede report: report.md and report.csv written, but no curves: %s\n", error.c_str());
+  if (const base::Status plotted = PlotReport(run_dir); !plotted.ok()) {
+    base::LogError("stampede report: report.md and report.csv written, but no curves: %s\n", plotted.message().c_str());
     return 1;
   }
   std::printf("stampede report: %s/report.md, report.csv, report.png\n", run_dir.c_str());

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace stampede::tools {
 
 struct TaskReport {
@@ -44,11 +46,11 @@ struct RunReport {
 
 // Reads RUN_DIR/config.textproto and RUN_DIR/metrics.jsonl (a torn last line, from an
 // interrupted run, is skipped). False with the reason.
-[[nodiscard]] bool ComputeReport(const std::string& run_dir, RunReport* out, std::string* error);
+base::StatusOr<RunReport> ComputeReport(const std::string& run_dir);
 // Writes RUN_DIR/report.csv and RUN_DIR/report.md.
-[[nodiscard]] bool WriteReport(const std::string& run_dir, const RunReport& report, std::string* error);
+base::Status WriteReport(const std::string& run_dir, const RunReport& report);
 // Draws RUN_DIR/report.png with the venv's matplotlib; false with the reason.
-[[nodiscard]] bool PlotReport(const std::string& run_dir, std::string* error);
+base::Status PlotReport(const std::string& run_dir);
 
 // `stampede report RUN_DIR`: all three; prints the table. Exit code 0, 1 (no plot), 2.
 int RunReportCommand(const std::string& run_dir);

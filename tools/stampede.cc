@@ -35,9 +35,8 @@ namespace {
 // Loads and checks the config; the env name is checked here too (wire/ knows no envs).
 bool Load(const std::string& path, const std::vector<std::string>& sets,
           stampede::LoadedConfig* out) {
-  std::string error;
-  if (!stampede::LoadConfig(path, sets, out, &error)) {
-    stampede::base::LogError("%s\n", error.c_str());
+  if (const stampede::base::Status st = stampede::LoadConfig(path, sets, out); !st.ok()) {
+    stampede::base::LogError("%s\n", st.message().c_str());
     return false;
   }
   const auto names = stampede::envs::RegisteredEnvs();
@@ -422,12 +421,11 @@ int main(int argc, char** argv) {
       }
     }
     if (loaded.config.trace() && !loaded.config.run_dir().empty()) {
-      std::string error;
       const std::string again = restarts > 0 ? "-r" + std::to_string(restarts) : "";
-      if (!stampede::wire::Trace::Open(loaded.config.run_dir() + "/trace/" + role + "-" + std::to_string(task_index) + again + ".json",
-                                       role + " " + std::to_string(task_index), &error)) {
-        stampede::base::LogError("stampede %s: %s\n", role.c_str(), error.c_str());
-      }
+      const stampede::base::Status traced = stampede::wire::Trace::Open(
+          loaded.config.run_dir() + "/trace/" + role + "-" + std::to_string(task_index) + again + ".json",
+          role + " " + std::to_string(task_index));
+      if (!traced.ok()) stampede::base::LogError("stampede %s: %s\n", role.c_str(), traced.message().c_str());
     }
     // The role's Status becomes the exit code here and only here (wire::ExitCode); a failure
     // is said once, named after the role.
@@ -447,7 +445,7 @@ int main(int argc, char** argv) {
       // actors.inference "central": this learner's actors act through a server on a
       // thread of this process (SEED RL's learner-side inference).
       std::optional<stampede::actors::InferenceServer> inference;
-      if (loaded.config.actors().inference() == "central") {
+      if (stampede::InferenceOf(loaded.config) == stampede::config::Inference::central) {
         std::string error;
         inference.emplace(loaded.config, task_index, stampede::base::StopFlag());
         if (!inference->Start(&error)) return exit_with(stampede::base::InvalidArgument(error));

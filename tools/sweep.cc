@@ -152,8 +152,8 @@ int RunSweep(const SweepOptions& opt) {
     std::vector<std::string> sets = opt.sets;
     sets.insert(sets.end(), p.begin(), p.end());
     LoadedConfig loaded;
-    if (!LoadConfig(opt.config_path, sets, &loaded, &error)) {
-      base::LogError("stampede sweep: point %s: %s\n", p.empty() ? "(none)" : p[0].c_str(), error.c_str());
+    if (const base::Status st = LoadConfig(opt.config_path, sets, &loaded); !st.ok()) {
+      base::LogError("stampede sweep: point %s: %s\n", p.empty() ? "(none)" : p[0].c_str(), st.message().c_str());
       return 2;
     }
     if (!has_target && loaded.config.stop().target_return() != 0) {

@@ -169,6 +169,16 @@ std::optional<OutOfRange> Walk(const pb::Message& m, const std::string& prefix, 
       continue;
     }
     const pb::FieldOptions& o = f->options();
+    if (const pb::EnumDescriptor* names = ChoicesOf(*f)) {
+      const int n = f->is_repeated() ? r->FieldSize(m, f) : 1;
+      for (int k = 0; k < n; ++k) {
+        const std::string v = f->is_repeated() ? r->GetRepeatedString(m, f, k) : r->GetString(m, f);
+        if (v != f->default_value_string() && names->FindValueByName(v) == nullptr) {
+          return OutOfRange{path, "\"" + v + "\" is not known, expected " + DeclaredRange(*f)};
+        }
+      }
+      continue;
+    }
     if (!o.HasExtension(config::min) && !o.HasExtension(config::max)) continue;
     const double lo = o.HasExtension(config::min) ? o.GetExtension(config::min) : -HUGE_VAL;
     const double hi = o.HasExtension(config::max) ? o.GetExtension(config::max) : HUGE_VAL;
@@ -187,7 +197,25 @@ std::optional<OutOfRange> Walk(const pb::Message& m, const std::string& prefix, 
 }
 }  // namespace
 
+const pb::EnumDescriptor* ChoicesOf(const pb::FieldDescriptor& f) {
+  if (f.cpp_type() != pb::FieldDescriptor::CPPTYPE_STRING || !f.options().HasExtension(config::choices)) return nullptr;
+  return config::Config::descriptor()->file()->pool()->FindEnumTypeByName(
+      "stampede.config." + f.options().GetExtension(config::choices) + ".Name");
+}
+
 std::string DeclaredRange(const pb::FieldDescriptor& f) {
+  if (const pb::EnumDescriptor* names = ChoicesOf(f)) {
+    // The default is always allowed: listed first where it is not one of the names ("").
+    std::vector<std::string> all;
+    if (names->FindValueByName(f.default_value_string()) == nullptr) all.push_back(f.default_value_string());
+    for (int i = 0; i < names->value_count(); ++i) all.push_back(names->value(i)->name());
+    std::string s;
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (i > 0) s += i + 1 == all.size() ? " or " : ", ";
+      s += "\"" + all[i] + "\"";
+    }
+    return s;
+  }
   const pb::FieldOptions& o = f.options();
   if (!o.HasExtension(config::min) && !o.HasExtension(config::max)) return {};
   const std::string lo = o.HasExtension(config::min) ? FormatNumber(o.GetExtension(config::min)) : "-inf";
@@ -241,24 +269,20 @@ std::string LoadedConfig::Where(std::string_view path) const {
   return source;
 }
 
-bool ParseConfigText(const std::string& text, const std::string& name, config::Config* out,
-                     std::string* error) {
+base::Status ParseConfigText(const std::string& text, const std::string& name, config::Config* out) {
   CollectErrors errors(name, text);
   pb::TextFormat::Parser parser;
   parser.RecordErrorsTo(&errors);
   if (!parser.ParseFromString(text, out)) {
-    *error = errors.text().empty() ? name + ": cannot parse config" : errors.text();
-    return false;
+    return base::InvalidArgument(errors.text().empty() ? name + ": cannot parse config" : errors.text());
   }
-  return true;
+  return base::OkStatus();
 }
 
-bool ApplyOverride(const std::string& assignment, config::Config* cfg, std::string* error,
-                   std::string* path_out) {
+base::Status ApplyOverride(const std::string& assignment, config::Config* cfg, std::string* path_out) {
   size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
-    *error = "--set " + assignment + ": expected path=value (e.g. learner.batch_size=64)";
-    return false;
+    return base::InvalidArgument("--set " + assignment + ": expected path=value (e.g. learner.batch_size=64)");
   }
   std::string path = assignment.substr(0, eq);
   std::string value = assignment.substr(eq + 1);
@@ -268,23 +292,20 @@ bool ApplyOverride(const std::string& assignment, config::Config* cfg, std::stri
   for (size_t i = 0; i < parts.size(); ++i) {
     const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(parts[i]);
     if (f == nullptr) {
-      *error = "--set " + assignment + ": " + msg->GetDescriptor()->full_name() +
-               " has no field named \"" + parts[i] + "\"";
-      return false;
+      return base::InvalidArgument("--set " + assignment + ": " + msg->GetDescriptor()->full_name() +
+               " has no field named \"" + parts[i] + "\"");
     }
     const pb::Reflection* r = msg->GetReflection();
     if (i + 1 < parts.size()) {
       if (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE || f->is_repeated()) {
-        *error = "--set " + assignment + ": \"" + parts[i] + "\" is not a message field";
-        return false;
+        return base::InvalidArgument("--set " + assignment + ": \"" + parts[i] + "\" is not a message field");
       }
       msg = r->MutableMessage(msg, f);
       continue;
     }
     if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-      *error = "--set " + assignment + ": \"" + parts[i] +
-               "\" is a message; set one of its fields (" + path + ".<field>=...)";
-      return false;
+      return base::InvalidArgument("--set " + assignment + ": \"" + parts[i] +
+               "\" is a message; set one of its fields (" + path + ".<field>=...)");
     }
     std::vector<std::string> values;
     if (f->is_repeated()) {
@@ -302,31 +323,26 @@ bool ApplyOverride(const std::string& assignment, config::Config* cfg, std::stri
       }
       pb::LogSilencer quiet;  // our message below says what was wrong
       if (!pb::TextFormat::ParseFieldValueFromString(v, f, msg)) {
-        *error = "--set " + assignment + ": \"" + value + "\" is not a valid " +
-                 f->cpp_type_name() + " for " + path;
-        return false;
+        return base::InvalidArgument("--set " + assignment + ": \"" + value + "\" is not a valid " +
+                 f->cpp_type_name() + " for " + path);
       }
     }
-    return true;
+    return base::OkStatus();
   }
-  return false;
+  return base::InvalidArgument("--set " + assignment + ": no field path");
 }
 
-bool LoadConfig(const std::string& path, const std::vector<std::string>& overrides,
-                LoadedConfig* out, std::string* error) {
+base::Status LoadConfig(const std::string& path, const std::vector<std::string>& overrides, LoadedConfig* out) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    *error = path + ": not a config file (a directory)";
-    return false;
+    return base::InvalidArgument(path + ": not a config file (a directory)");
   }
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec)) {
-    *error = path + ": not a config file (not a regular file)";
-    return false;
+    return base::InvalidArgument(path + ": not a config file (not a regular file)");
   }
   std::ifstream in(path);
   if (!in) {
-    *error = path + ": cannot open config file";
-    return false;
+    return base::InvalidArgument(path + ": cannot open config file");
   }
   std::stringstream buf;
   buf << in.rdbuf();
@@ -339,27 +355,25 @@ bool LoadConfig(const std::string& path, const std::vector<std::string>& overrid
   parser.RecordErrorsTo(&errors);
   parser.WriteLocationsTo(&out->locations_->tree);
   if (!parser.ParseFromString(text, &out->config)) {
-    *error = errors.text().empty() ? path + ": cannot parse config" : errors.text();
-    return false;
+    return base::InvalidArgument(errors.text().empty() ? path + ": cannot parse config" : errors.text());
   }
   for (const auto& o : overrides) {
     std::string p;
-    if (!ApplyOverride(o, &out->config, error, &p)) return false;
+    RETURN_IF_ERROR(ApplyOverride(o, &out->config, &p));
     out->overridden_.insert(p);
   }
   // Presets after the overrides, so that --set can change what a preset is given.
-  if (!base::ReportTo(atari::ApplyPresets(&out->config), error)) {
-    *error = path + ": " + *error;
-    return false;
-  }
-  return ValidateConfig(*out, error);
+  RETURN_IF_ERROR(atari::ApplyPresets(&out->config).Within(path));
+  return ValidateConfig(*out);
 }
 
 bool PopArtOn(const config::Config& cfg) {
   const config::LearnerConfig& lc = cfg.learner();
   // Unset: on where PopArt runs (the CPU learner in relay mode), so a config that names
   // only an env learns whatever its reward scale (docs/learning-benchmarks.md, "Library defaults").
-  return lc.has_popart() ? lc.popart() : lc.update_mode() == "relay" && lc.device() == "cpu";
+  return lc.has_popart()
+             ? lc.popart()
+             : ChoiceOf<config::UpdateMode>(lc.update_mode()) == config::UpdateMode::relay && lc.device() == "cpu";
 }
 
 std::string BindEndpoint(const config::Config& cfg, const std::string& endpoint) {
@@ -385,15 +399,17 @@ int LearnerOfActor(const config::Config& cfg, int actor) {
 
 double PolicyInitScale(const config::Config& cfg) {
   const config::NetConfig& n = cfg.net();
-  return n.has_policy_init_scale() ? n.policy_init_scale() : (n.init() == "torch" ? 1.0 : 0.01);
+  return n.has_policy_init_scale() ? n.policy_init_scale()
+                                   : (ChoiceOf<config::Init>(n.init()) == config::Init::torch ? 1.0 : 0.01);
 }
 
 double OptimizerEpsilon(const config::OptimizerConfig& oc) {
-  return oc.kind() == "adam" && !oc.has_epsilon() ? 1e-8 : oc.epsilon();
+  return ChoiceOf<config::OptimizerKind>(oc.kind()) == config::OptimizerKind::adam && !oc.has_epsilon() ? 1e-8
+                                                                                                        : oc.epsilon();
 }
 
 bool ShardsOwnOptimizer(const config::Config& cfg) {
-  return cfg.learner().update_mode() == "sync" || cfg.learner().update_mode() == "async";
+  return UpdateModeOf(cfg) == config::UpdateMode::sync || UpdateModeOf(cfg) == config::UpdateMode::async;
 }
 
 std::string ConfigToText(const config::Config& cfg) {
@@ -464,17 +480,15 @@ std::string ResolvedConfigText(const config::Config& cfg) {
   return ConfigToText(c);
 }
 
-bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out, std::string* error) {
+base::Status ResolvedStepShape(const config::Config& cfg, wire::StepShape* out) {
   if (!cfg.env().has_resolved_spec()) {
-    *error = "the config has no env.resolved_spec: start roles from the RUN_DIR/config.textproto "
-             "that `stampede run` writes, or add the spec that `stampede spec CONFIG` prints";
-    return false;
+    return base::InvalidArgument("the config has no env.resolved_spec: start roles from the RUN_DIR/config.textproto "
+             "that `stampede run` writes, or add the spec that `stampede spec CONFIG` prints");
   }
   const config::EnvSpec& s = cfg.env().resolved_spec();
   if (s.obs_shape_size() < 1 || s.obs_shape_size() > 3) {
-    *error = "env.resolved_spec: observation rank " + std::to_string(s.obs_shape_size()) +
-             ", expected rank 1 to 3";
-    return false;
+    return base::InvalidArgument("env.resolved_spec: observation rank " + std::to_string(s.obs_shape_size()) +
+             ", expected rank 1 to 3");
   }
   out->action_kind = wire::ActionKind(int(s.action_kind()));
   out->action_nvec.assign(s.action_nvec().begin(), s.action_nvec().end());
@@ -486,51 +500,45 @@ bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out, std::str
       out->action_nvec.clear();
       out->num_actions = s.num_actions();
       if (s.num_actions() <= 0) {
-        *error = "env.resolved_spec: " + std::to_string(s.num_actions()) +
-                 " discrete actions, expected at least one";
-        return false;
+        return base::InvalidArgument("env.resolved_spec: " + std::to_string(s.num_actions()) +
+                 " discrete actions, expected at least one");
       }
       break;
     case wire::ActionKind::kMultiDiscrete: {
       out->num_actions = 0;
       for (int k : out->action_nvec) {
         if (k <= 0) {
-          *error = "env.resolved_spec: a multi-discrete component with " + std::to_string(k) + " actions";
-          return false;
+          return base::InvalidArgument("env.resolved_spec: a multi-discrete component with " + std::to_string(k) + " actions");
         }
         out->num_actions += k;
       }
       if (out->action_nvec.empty() || out->action_nvec.size() > kMaxComponents) {
-        *error = "env.resolved_spec: " + std::to_string(out->action_nvec.size()) +
-                 " multi-discrete components, expected 1 to " + std::to_string(kMaxComponents);
-        return false;
+        return base::InvalidArgument("env.resolved_spec: " + std::to_string(out->action_nvec.size()) +
+                 " multi-discrete components, expected 1 to " + std::to_string(kMaxComponents));
       }
       break;
     }
     case wire::ActionKind::kBox:
       if (out->action_low.empty() || out->action_low.size() > kMaxComponents ||
           out->action_low.size() != out->action_high.size()) {
-        *error = "env.resolved_spec: a box action space of " + std::to_string(out->action_low.size()) +
+        return base::InvalidArgument("env.resolved_spec: a box action space of " + std::to_string(out->action_low.size()) +
                  " dimensions (" + std::to_string(out->action_high.size()) +
-                 " upper bounds), expected 1 to " + std::to_string(kMaxComponents) + " with both bounds";
-        return false;
+                 " upper bounds), expected 1 to " + std::to_string(kMaxComponents) + " with both bounds");
       }
       out->num_actions = 2 * int(out->action_low.size());
       break;
     default:
-      *error = "env.resolved_spec: unknown action kind " + std::to_string(int(s.action_kind()));
-      return false;
+      return base::InvalidArgument("env.resolved_spec: unknown action kind " + std::to_string(int(s.action_kind())));
   }
   out->obs_shape.assign(s.obs_shape().begin(), s.obs_shape().end());
   for (int d : out->obs_shape) {
     if (d <= 0) {
-      *error = "env.resolved_spec: observation dimension " + std::to_string(d) + " is not positive";
-      return false;
+      return base::InvalidArgument("env.resolved_spec: observation dimension " + std::to_string(d) + " is not positive");
     }
   }
   out->obs_dtype = s.obs_dtype() == config::UINT8 ? wire::DType::kUint8 : wire::DType::kFloat32;
   out->core_state_size = 2 * cfg.net().lstm_size();
-  return true;
+  return base::OkStatus();
 }
 
 std::vector<int> HiddenSizes(const config::Config& cfg) {

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "wire/config.pb.h"
 #include "wire/unrolls.h"
 
@@ -30,29 +31,42 @@ class LoadedConfig {
   [[nodiscard]] std::string Where(std::string_view path) const;
 
  private:
-  friend bool LoadConfig(const std::string&, const std::vector<std::string>&, LoadedConfig*,
-                         std::string*);
+  friend base::Status LoadConfig(const std::string&, const std::vector<std::string>&, LoadedConfig*);
   struct Locations;
   std::unique_ptr<Locations> locations_;
   std::set<std::string> overridden_;
 };
 
+// A (choices) string field read as its enum: ChoiceOf<config::UpdateMode>(lc.update_mode())
+// == config::UpdateMode::allreduce. A checked config holds a declared name or the field's
+// default; an empty default reads as the enum's first value.
+template <class Names>
+typename Names::Name ChoiceOf(const std::string& name) {
+  typename Names::Name v = static_cast<typename Names::Name>(Names::Name_descriptor()->value(0)->number());
+  Names::Name_Parse(name, &v);
+  return v;
+}
+// The two read most often.
+inline config::UpdateMode::Name UpdateModeOf(const config::Config& cfg) {
+  return ChoiceOf<config::UpdateMode>(cfg.learner().update_mode());
+}
+inline config::Inference::Name InferenceOf(const config::Config& cfg) {
+  return ChoiceOf<config::Inference>(cfg.actors().inference());
+}
+
 // Reads `path` (protobuf text format), applies `overrides` ("a.b.c=value", in order)
-// and checks every range. On failure returns false and sets `error` to a message that
-// names file:line:col (or the override), the field path and what was expected.
-[[nodiscard]] bool LoadConfig(const std::string& path, const std::vector<std::string>& overrides,
-                              LoadedConfig* out, std::string* error);
+// and checks every range. Fails (kInvalidArgument) with a message that names
+// file:line:col (or the override), the field path and what was expected.
+base::Status LoadConfig(const std::string& path, const std::vector<std::string>& overrides, LoadedConfig* out);
 
-// Same, from text already in memory (`name` is used in messages).
-[[nodiscard]] bool ParseConfigText(const std::string& text, const std::string& name,
-                                   config::Config* out, std::string* error);
+// Parses config text already in memory (`name` is used in messages); no checks.
+base::Status ParseConfigText(const std::string& text, const std::string& name, config::Config* out);
 
-// Applies one "a.b.c=value" override; false with a message on an unknown path or a bad value.
-[[nodiscard]] bool ApplyOverride(const std::string& assignment, config::Config* cfg,
-                                 std::string* error, std::string* path_out = nullptr);
+// Applies one "a.b.c=value" override; fails on an unknown path or a bad value.
+base::Status ApplyOverride(const std::string& assignment, config::Config* cfg, std::string* path_out = nullptr);
 
 // Checks ranges and cross-field rules; messages use `where(path)` for locations.
-[[nodiscard]] bool ValidateConfig(const LoadedConfig& loaded, std::string* error);
+base::Status ValidateConfig(const LoadedConfig& loaded);
 
 // The config as protobuf text (what `stampede run` writes to RUN_DIR/config.textproto).
 std::string ConfigToText(const config::Config& cfg);
@@ -64,10 +78,9 @@ std::string ConfigToText(const config::Config& cfg);
 std::string ResolvedConfigText(const config::Config& cfg);
 
 // The trajectory shape from the config's resolved env spec (env.resolved_spec, which
-// `stampede run` fills in). False with an error that says how to get one when the
+// `stampede run` fills in). Fails with a message that says how to get one when the
 // config has none, or when the spec's action space has no network head yet.
-[[nodiscard]] bool ResolvedStepShape(const config::Config& cfg, wire::StepShape* out,
-                                     std::string* error);
+base::Status ResolvedStepShape(const config::Config& cfg, wire::StepShape* out);
 
 // The endpoint a role binds for `endpoint` (its own, as the config names it): the same,
 // or with cluster.bind_any "tcp://0.0.0.0:PORT" (on Kubernetes an endpoint names a DNS

@@ -6,6 +6,7 @@
 #include <string>
 
 namespace google::protobuf {
+class EnumDescriptor;
 class FieldDescriptor;
 class Message;
 }
@@ -25,7 +26,10 @@ struct OutOfRange {
 // The first field of `m`, or of any message inside it (set or not: an unset one's defaults
 // are checked too), outside its declared range; `prefix` ("" or "env.") begins the paths.
 std::optional<OutOfRange> FirstOutOfRange(const google::protobuf::Message& m, const std::string& prefix);
-// The declared range of field `f` as the reference prints it ("[1, 65536]"), "" if none.
+// The declared range of field `f` as the reference prints it ("[1, 65536]"), or its
+// declared names ("\"relay\", \"sync\" or \"async\""); "" if none.
 std::string DeclaredRange(const google::protobuf::FieldDescriptor& f);
+// The enum whose value names a string field with (choices) takes; null for other fields.
+const google::protobuf::EnumDescriptor* ChoicesOf(const google::protobuf::FieldDescriptor& f);
 
 }  // namespace stampede::config_detail

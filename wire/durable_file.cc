@@ -18,20 +18,17 @@ uint64_t Fnv1a64(const char* data, size_t n) {
   return h;
 }
 
-bool WriteFileAtomically(const std::string& path, const std::string& bytes, std::string* error) {
+base::Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    *error = tmp + ": cannot create: " + std::strerror(errno);
-    return false;
-  }
+  if (fd < 0) return base::Internal(tmp + ": cannot create: " + std::strerror(errno));
   // Any failure removes the temporary file: the previous `path` stays as it was and
   // nothing half-written is left behind.
   auto fail = [&](const std::string& what, int err) {
-    *error = path + ": " + what + ": " + std::strerror(err);
+    const std::string why = path + ": " + what + ": " + std::strerror(err);
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
-    return false;
+    return base::Internal(why);
   };
   size_t written = 0;
   while (written < bytes.size()) {
@@ -45,7 +42,7 @@ bool WriteFileAtomically(const std::string& path, const std::string& bytes, std:
   fd = -1;
   if (closed != 0) return fail("close failed", errno);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename failed", errno);
-  return true;
+  return base::OkStatus();
 }
 
 }  // namespace stampede::wire

@@ -7,13 +7,14 @@
 #include <cstdint>
 #include <string>
 
+#include "base/status.h"
+
 namespace stampede::wire {
 
 // FNV-1a 64 of `n` bytes: the checksum that checkpoint files and their parts carry.
 uint64_t Fnv1a64(const char* data, size_t n);
 
-// False with `error` naming the file and the failing step.
-[[nodiscard]] bool WriteFileAtomically(const std::string& path, const std::string& bytes,
-                                       std::string* error);
+// Fails (kInternal) naming the file and the failing step.
+base::Status WriteFileAtomically(const std::string& path, const std::string& bytes);
 
 }  // namespace stampede::wire

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <limits>
 
+#include "wire/config.h"
+
 namespace stampede::wire {
 
 int NumTasks(const config::Config& cfg) { return std::max(1, cfg.tasks_size()); }
@@ -73,13 +75,13 @@ std::string ShapeText(const google::protobuf::RepeatedField<int32_t>& s) {
 }
 }  // namespace
 
-bool JoinTaskSpecs(const config::Config& cfg, config::EnvSpec* joint, std::string* error) {
+base::Status JoinTaskSpecs(const config::Config& cfg, config::EnvSpec* joint) {
   if (cfg.tasks_size() == 0) {
     *joint = cfg.env().resolved_spec();
-    return true;
+    return base::OkStatus();
   }
   const auto& first = cfg.tasks(0).env().resolved_spec();
-  const std::string& rule = cfg.suite().obs_rule();
+  const config::ObsRule::Name rule = ChoiceOf<config::ObsRule>(cfg.suite().obs_rule());
   config::EnvSpec j;
   std::string names;
   bool flatten = false;  // "pad" across ranks: every observation flattened
@@ -88,22 +90,21 @@ bool JoinTaskSpecs(const config::Config& cfg, config::EnvSpec* joint, std::strin
     const auto& task = cfg.tasks(t);
     const auto& s = task.env().resolved_spec();
     auto fail = [&](const std::string& what) {
-      *error = "task \"" + task.name() + "\" cannot join the suite: " + what;
-      return false;
+      return base::InvalidArgument("task \"" + task.name() + "\" cannot join the suite: " + what);
     };
     names += (t ? "," : "") + task.name();
     if (s.obs_dtype() != first.obs_dtype()) {
       return fail(std::string("its observations are ") + DTypeText(s.obs_dtype()) + ", task \"" +
                   cfg.tasks(0).name() + "\"'s are " + DTypeText(first.obs_dtype()));
     }
-    if (s.obs_shape_size() != first.obs_shape_size() && rule == "pad") {
+    if (s.obs_shape_size() != first.obs_shape_size() && rule == config::ObsRule::pad) {
       flatten = true;  // vectors of the largest size
     } else if (s.obs_shape_size() != first.obs_shape_size()) {
       return fail("its observations " + ShapeText(s.obs_shape()) + " have another rank than task \"" +
                   cfg.tasks(0).name() + "\"'s " + ShapeText(first.obs_shape()) +
                   " (suite.obs_rule pads or resizes within one rank)");
     }
-    if (rule == "resize" && s.obs_shape_size() < 2) {
+    if (rule == config::ObsRule::resize && s.obs_shape_size() < 2) {
       return fail("suite.obs_rule \"resize\" needs image observations ([H, W] or [C, H, W]), got " +
                   ShapeText(s.obs_shape()));
     }
@@ -131,11 +132,10 @@ bool JoinTaskSpecs(const config::Config& cfg, config::EnvSpec* joint, std::strin
     j.clear_obs_shape();
     j.add_obs_shape(int(largest));
   }
-  if (rule == "resize" && cfg.suite().obs_shape_size() > 0) {
+  if (rule == config::ObsRule::resize && cfg.suite().obs_shape_size() > 0) {
     if (cfg.suite().obs_shape_size() != j.obs_shape_size()) {
-      *error = "suite.obs_shape " + ShapeText(cfg.suite().obs_shape()) + " has another rank than the tasks' " +
-               "observations " + ShapeText(j.obs_shape());
-      return false;
+      return base::InvalidArgument("suite.obs_shape " + ShapeText(cfg.suite().obs_shape()) +
+                                   " has another rank than the tasks' observations " + ShapeText(j.obs_shape()));
     }
     for (int d = 0; d < j.obs_shape_size(); ++d) {
       // Channels are padded, never resized: at least the most any task has.
@@ -145,7 +145,7 @@ bool JoinTaskSpecs(const config::Config& cfg, config::EnvSpec* joint, std::strin
   }
   j.set_name("suite(" + names + ")");
   *joint = j;
-  return true;
+  return base::OkStatus();
 }
 
 std::vector<int> TaskActionLimits(const config::Config& cfg) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
 #include "wire/config.pb.h"
 
 namespace stampede::wire {
@@ -30,7 +31,7 @@ config::Config TaskEnvConfig(const config::Config& cfg, int task);
 // task and the mismatch when a task cannot join (other observation dtype or rank,
 // non-discrete actions in a suite, other frames per step). "pad" across ranks flattens
 // every observation to a vector of the largest size.
-bool JoinTaskSpecs(const config::Config& cfg, config::EnvSpec* joint, std::string* error);
+base::Status JoinTaskSpecs(const config::Config& cfg, config::EnvSpec* joint);
 // Actions of each task (the policy head's width for non-discrete spaces): a task's
 // actor never samples, and the learner never accepts, an action at or above its limit.
 std::vector<int> TaskActionLimits(const config::Config& cfg);

@@ -41,27 +41,22 @@ TensorBoardWriter::~TensorBoardWriter() {
   if (file_) std::fclose(file_);
 }
 
-bool TensorBoardWriter::Open(const std::string& dir, std::string* error) {
+base::Status TensorBoardWriter::Open(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    *error = "cannot make " + dir + ": " + ec.message();
-    return false;
-  }
+  if (ec) return base::Internal("cannot make " + dir + ": " + ec.message());
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
   const auto now = std::chrono::system_clock::now().time_since_epoch();
   path_ = dir + "/events.out.tfevents." + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) +
           "." + host;
   file_ = std::fopen(path_.c_str(), "wb");
-  if (!file_) {
-    *error = "cannot write " + path_ + ": " + std::strerror(errno);
-    return false;
-  }
+  if (!file_) return base::Internal("cannot write " + path_ + ": " + std::strerror(errno));
   tb::Event e;
   e.set_wall_time(std::chrono::duration<double>(now).count());
   e.set_file_version("brain.Event:2");
-  return WriteRecord(e.SerializeAsString());
+  if (!WriteRecord(e.SerializeAsString())) return base::Internal("cannot write " + path_ + ": " + std::strerror(errno));
+  return base::OkStatus();
 }
 
 bool TensorBoardWriter::WriteScalars(int64_t step, double wall_time,

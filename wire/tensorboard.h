@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.h"
+
 namespace stampede::wire {
 
 // CRC-32C (Castagnoli), and TFRecord's masking of it.
@@ -23,7 +25,7 @@ class TensorBoardWriter {
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
   // Makes `dir` and opens dir/events.out.tfevents.<seconds>.<host> with the file-version
   // record. False with the OS's reason.
-  [[nodiscard]] bool Open(const std::string& dir, std::string* error);
+  base::Status Open(const std::string& dir);
   bool is_open() const { return file_ != nullptr; }
   const std::string& path() const { return path_; }
   // One Event with every (tag, value) at `step`; written and flushed.

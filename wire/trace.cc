@@ -60,16 +60,13 @@ void Append(State& s, const std::string& event) REQUIRES(s.mu) {
 }
 }  // namespace
 
-bool Trace::Open(const std::string& path, const std::string& process, std::string* error) {
+base::Status Trace::Open(const std::string& path, const std::string& process) {
   State& s = S();
   base::MutexLock lock(s.mu);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   s.file = std::fopen(path.c_str(), "w");
-  if (!s.file) {
-    *error = "cannot write the trace " + path + ": " + std::strerror(errno);
-    return false;
-  }
+  if (!s.file) return base::Internal("cannot write the trace " + path + ": " + std::strerror(errno));
   s.pid = int(::getpid());
   Append(s, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(s.pid) +
                 ",\"tid\":0,\"args\":{\"name\":\"" + Escape(process) + "\"}}");
@@ -80,7 +77,7 @@ bool Trace::Open(const std::string& path, const std::string& process, std::strin
     registered = true;
     std::atexit(Trace::Close);
   }
-  return true;
+  return base::OkStatus();
 }
 
 void Trace::Close() {
@@ -115,16 +112,13 @@ void Trace::Complete(const char* name, const char* category, int64_t start_us, i
   Append(s, event);
 }
 
-bool MergeTraces(const std::string& dir, const std::string& out, std::string* error) {
+base::Status MergeTraces(const std::string& dir, const std::string& out) {
   std::error_code ec;
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     if (e.path().extension() == ".json") files.push_back(e.path());
   }
-  if (ec) {
-    *error = "cannot read " + dir + ": " + ec.message();
-    return false;
-  }
+  if (ec) return base::Internal("cannot read " + dir + ": " + ec.message());
   std::sort(files.begin(), files.end());
   std::string merged = "[\n";
   bool first = true;
@@ -151,7 +145,7 @@ bool MergeTraces(const std::string& dir, const std::string& out, std::string* er
     first = false;
   }
   merged += "\n]\n";
-  return WriteFileAtomically(out, merged, error);
+  return WriteFileAtomically(out, merged);
 }
 
 }  // namespace stampede::wire

@@ -11,13 +11,15 @@
 #include <cstdint>
 #include <string>
 
+#include "base/status.h"
+
 namespace stampede::wire {
 
 class Trace {
  public:
-  // Starts recording into `path` for the process named `process` ("actor 3"). False
-  // with the OS's reason when the file cannot be made.
-  static bool Open(const std::string& path, const std::string& process, std::string* error);
+  // Starts recording into `path` for the process named `process` ("actor 3"). Fails with
+  // the OS's reason when the file cannot be made.
+  static base::Status Open(const std::string& path, const std::string& process);
   // Flushes and closes (also done at exit).
   static void Close();
   static bool on() { return enabled_.load(std::memory_order_relaxed); }
@@ -55,6 +57,6 @@ class TraceSpan {
 
 // Merges per-process trace files (each a JSON array, possibly without its closing
 // bracket after a kill) into one JSON array at `out`. False with the reason.
-bool MergeTraces(const std::string& dir, const std::string& out, std::string* error);
+base::Status MergeTraces(const std::string& dir, const std::string& out);
 
 }  // namespace stampede::wire

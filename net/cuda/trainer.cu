@@ -482,19 +482,20 @@ class CudaTrainer : public Trainer {
   StepStats Finish() {
     STAMPEDE_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
     StepStats st;
-    st.pg_loss = host_stats_[0];
-    st.baseline_loss = opt_.baseline_cost * host_stats_[1];
-    st.entropy = host_stats_[3] > 0 ? host_stats_[2] / host_stats_[3] : 0;
-    st.total = st.pg_loss + st.baseline_loss - opt_.entropy_cost * host_stats_[2];
-    st.grad_norm = std::sqrt(host_stats_[4]);
+    const double pg_loss = host_stats_[0], baseline_loss = opt_.baseline_cost * host_stats_[1];
+    st.m[base::StepMetric::kPgLoss] = pg_loss;
+    st.m[base::StepMetric::kBaselineLoss] = baseline_loss;
+    st.m[base::StepMetric::kEntropy] = host_stats_[3] > 0 ? host_stats_[2] / host_stats_[3] : 0;
+    st.total = pg_loss + baseline_loss - opt_.entropy_cost * host_stats_[2];
+    st.m[base::StepMetric::kGradNorm] = std::sqrt(host_stats_[4]);
     // The diagnostics, as learner/loss.cc's Diagnose computes them on the CPU.
     const double n = host_stats_[3], *d = host_stats_ + 8;
     if (n > 0) {
       const double var_vs = d[1] / n - (d[0] / n) * (d[0] / n);
       const double var_err = d[3] / n - (d[2] / n) * (d[2] / n);
-      st.explained_variance = var_vs > 1e-12 ? 1.0 - var_err / var_vs : 0.0;
-      st.approx_kl = d[4] / n;
-      st.rho_clip_fraction = d[5] / n;
+      st.m[base::StepMetric::kExplainedVariance] = var_vs > 1e-12 ? 1.0 - var_err / var_vs : 0.0;
+      st.m[base::StepMetric::kApproxKl] = d[4] / n;
+      st.m[base::StepMetric::kRhoClipFraction] = d[5] / n;
     }
     return st;
   }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/metrics.h"
 #include "net/kernel_math.h"
 #include "net/model.h"
 
@@ -73,11 +74,10 @@ struct BatchView {
 };
 
 struct StepStats {
-  double total = 0, pg_loss = 0, baseline_loss = 0, entropy = 0;  // entropy: mean per step
-  double grad_norm = 0;  // before clipping
-  // As learner/loss.h's LossStats: 1 - Var(vs - V) / Var(vs), mean (rho - 1) - log rho,
-  // the share of steps with rho above rho-bar (over the steps in the loss).
-  double explained_variance = 0, approx_kl = 0, rho_clip_fraction = 0;
+  double total = 0;
+  // As learner/loss.h's LossStats (base/metrics.h declares each), with the gradient's
+  // norm before clipping.
+  base::StepFigures m;
 };
 
 class Trainer {

@@ -14,17 +14,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t split = input.find("\n--\n");
   const std::string text = input.substr(0, split);
   LoadedConfig loaded;
-  std::string error;
-  if (!ParseConfigText(text, "fuzz.textproto", &loaded.config, &error)) {
-    if (error.empty()) __builtin_trap();
+  if (const base::Status st = ParseConfigText(text, "fuzz.textproto", &loaded.config); !st.ok()) {
+    if (st.message().empty()) __builtin_trap();
     return 0;
   }
   if (split != std::string::npos) {
     std::istringstream lines(input.substr(split + 4));
     std::string line;
     while (std::getline(lines, line)) {
-      if (!ApplyOverride(line, &loaded.config, &error)) {
-        if (error.empty()) __builtin_trap();
+      if (const base::Status st = ApplyOverride(line, &loaded.config); !st.ok()) {
+        if (st.message().empty()) __builtin_trap();
         return 0;
       }
     }
@@ -37,7 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const std::string once = ConfigToText(loaded.config);
   if (!atari::ApplyPresets(&loaded.config).ok() || ConfigToText(loaded.config) != once) __builtin_trap();
-  if (!ValidateConfig(loaded, &error) && error.empty()) __builtin_trap();
+  if (const base::Status st = ValidateConfig(loaded); !st.ok() && st.message().empty()) __builtin_trap();
   (void)ConfigToText(loaded.config);
   (void)ResolvedConfigText(loaded.config);
   return 0;

@@ -137,9 +137,8 @@ int main(int argc, char** argv) {
   d.rms_momentum.assign(9, 0.f);
   const fs::path ck = root / "checkpoint";
   fs::create_directories(ck);
-  std::string error;
-  if (!base::ReportTo(learner::SaveCheckpoint((ck / "valid").string(), d), &error)) {
-    std::fprintf(stderr, "%s\n", error.c_str());
+  if (const base::Status st = learner::SaveCheckpoint((ck / "valid").string(), d); !st.ok()) {
+    std::fprintf(stderr, "%s\n", st.message().c_str());
     return 1;
   }
   std::ifstream in(ck / "valid", std::ios::binary);

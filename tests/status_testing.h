@@ -1,0 +1,27 @@
+// Catch2 checks of a Status or StatusOr that print its message when it fails.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+
+namespace stampede::testing {
+inline std::string StatusText(const base::Status& s) { return s.ToString(); }
+template <class T>
+std::string StatusText(const base::StatusOr<T>& s) {
+  return s.status().ToString();
+}
+}  // namespace stampede::testing
+
+#define REQUIRE_OK(expr)                                  \
+  do {                                                    \
+    const auto& _stampede_st = (expr);                    \
+    INFO(::stampede::testing::StatusText(_stampede_st));  \
+    REQUIRE(_stampede_st.ok());                           \
+  } while (false)
+#define CHECK_OK(expr)                                    \
+  do {                                                    \
+    const auto& _stampede_st = (expr);                    \
+    INFO(::stampede::testing::StatusText(_stampede_st));  \
+    CHECK(_stampede_st.ok());                             \
+  } while (false)
