@@ -49,6 +49,7 @@ enum class StepMetric : int {
   kRhoClipFraction,
   kUpdateToParamRatio,
   kLearningRate,
+  kStepSeconds,
   kCount,
 };
 
@@ -79,6 +80,9 @@ inline constexpr std::array<MetricDecl, static_cast<size_t>(StepMetric::kCount)>
      "too small to move the network."},
     {"learning_rate", "learner/learning_rate", "", "", "", Merge::kChief, kShowLogs,
      "The learning rate the newest step used (learner.optimizer's schedule over env frames)."},
+    {"step_seconds", "learner/step_seconds", "", "", "s", Merge::kMean, kShowLogs,
+     "Wall-clock seconds of the newest training step, from the batch to the applied update: with the batch's "
+     "frames it says how fast the learner can consume them (`stampede bench` times the same step alone)."},
 }};
 
 inline constexpr const MetricDecl& Declared(StepMetric m) { return kStepMetrics[static_cast<size_t>(m)]; }

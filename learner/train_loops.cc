@@ -509,6 +509,7 @@ void Learner::Impl::RecordStep(const Batch& batch, int64_t trained_on, const Los
   last_figures[base::StepMetric::kGradNorm] = norm;
   last_figures[base::StepMetric::kUpdateToParamRatio] = update_ratio;
   last_figures[base::StepMetric::kLearningRate] = lr;
+  last_figures[base::StepMetric::kStepSeconds] = seconds;
   train_seconds += seconds;
 }
 
