@@ -85,8 +85,6 @@ inline constexpr std::array<MetricDecl, static_cast<size_t>(StepMetric::kCount)>
      "frames it says how fast the learner can consume them (`stampede bench` times the same step alone)."},
 }};
 
-inline constexpr const MetricDecl& Declared(StepMetric m) { return kStepMetrics[static_cast<size_t>(m)]; }
-
 // A learner's newest value of each step metric.
 class StepFigures {
  public:

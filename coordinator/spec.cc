@@ -126,9 +126,7 @@ base::Status ResolveOne(const std::string& self_exe, config::Config one, config:
   config::Config with = one;
   *with.mutable_env()->mutable_resolved_spec() = *out;
   wire::StepShape shape;
-  std::string error;
-  RETURN_IF_ERROR(ResolvedStepShape(with, &shape));
-  return base::OkStatus();
+  return ResolvedStepShape(with, &shape);
 }
 
 void AbsolutePlugin(config::EnvConfig* env) {
@@ -137,7 +135,6 @@ void AbsolutePlugin(config::EnvConfig* env) {
 }  // namespace
 
 base::Status ResolveEnvSpec(const std::string& self_exe, config::Config* cfg) {
-  std::string error;  // what a helper below says
   if (cfg->tasks_size() == 0) {
     AbsolutePlugin(cfg->mutable_env());
     config::EnvSpec spec;

@@ -74,9 +74,7 @@ base::Status SaveCheckpoint(const std::string& path, const CheckpointData& d) {
   PutFloats(&buf, d.rms_momentum);
   Put(&buf, CheckpointChecksum(buf.data(), buf.size()));
 
-  std::string error;
-  RETURN_IF_ERROR(wire::WriteFileAtomically(path, buf));
-  return base::OkStatus();
+  return wire::WriteFileAtomically(path, buf);
 }
 
 base::Status LoadCheckpoint(const std::string& path, CheckpointData* d) {

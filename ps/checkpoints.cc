@@ -164,9 +164,7 @@ base::Status WriteManifest(const std::string& dir, const Manifest& m) {
   if (m.final) os << "final\n";
   for (const auto& p : m.parts) os << "part " << p.file << " " << p.bytes << " " << p.checksum << "\n";
   os << "end\n";
-  std::string error;
-  RETURN_IF_ERROR(wire::WriteFileAtomically(dir + "/MANIFEST", os.str()));
-  return base::OkStatus();
+  return wire::WriteFileAtomically(dir + "/MANIFEST", os.str());
 }
 
 base::Status ReadManifest(const std::string& dir, Manifest* m) {
@@ -285,9 +283,7 @@ int64_t ReadVersionMark(const std::string& path) {
 }
 
 base::Status WriteVersionMark(const std::string& path, int64_t mark) {
-  std::string error;
-  RETURN_IF_ERROR(wire::WriteFileAtomically(path, std::to_string(mark) + "\n"));
-  return base::OkStatus();
+  return wire::WriteFileAtomically(path, std::to_string(mark) + "\n");
 }
 
 base::Status ReshardCheckpoint(const FoundCheckpoint& from, const Placement& old_placement,

@@ -13,15 +13,12 @@ std::string StatusText(const base::StatusOr<T>& s) {
 }
 }  // namespace stampede::testing
 
-#define REQUIRE_OK(expr)                                  \
-  do {                                                    \
-    const auto& _stampede_st = (expr);                    \
-    INFO(::stampede::testing::StatusText(_stampede_st));  \
-    REQUIRE(_stampede_st.ok());                           \
+// ASSERTION is REQUIRE or CHECK.
+#define STAMPEDE_STATUS_ASSERT(ASSERTION, expr)          \
+  do {                                                   \
+    const auto& _stampede_st = (expr);                   \
+    INFO(::stampede::testing::StatusText(_stampede_st)); \
+    ASSERTION(_stampede_st.ok());                        \
   } while (false)
-#define CHECK_OK(expr)                                    \
-  do {                                                    \
-    const auto& _stampede_st = (expr);                    \
-    INFO(::stampede::testing::StatusText(_stampede_st));  \
-    CHECK(_stampede_st.ok());                             \
-  } while (false)
+#define REQUIRE_OK(expr) STAMPEDE_STATUS_ASSERT(REQUIRE, expr)
+#define CHECK_OK(expr) STAMPEDE_STATUS_ASSERT(CHECK, expr)
