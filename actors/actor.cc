@@ -19,11 +19,11 @@
 #include "net/from_config.h"
 #include "ps/client.h"
 #include "ps/placement.h"
-#include "wire/config.h"
+#include "config/config.h"
 #include "wire/auth.h"
 #include "wire/status_channel.h"
-#include "wire/tasks.h"
-#include "wire/trace.h"
+#include "config/tasks.h"
+#include "base/trace.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::actors {
@@ -57,7 +57,7 @@ struct ActorCore::Impl {
   int V = 1;                 // value outputs (one per task with PopArt)
   int64_t popart_stats = -1;  // PopArt: offset of the statistics in the parameters
   int action_limit = 0;  // 0: every action of the head
-  wire::ObsAdapter adapter;
+  config::ObsAdapter adapter;
   std::vector<std::byte> task_obs, task_final_obs;  // [E] task-shaped (adapter not identity)
   RemotePolicy* remote = nullptr;  // central inference: the server acts, not `net`
 };
@@ -73,15 +73,15 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   m->E = cfg.actors().envs_per_actor();
   m->T = cfg.actors().unroll_length();
   // A suite's actor runs one task's env; the network is the suite's (joint spec).
-  m->task = wire::TaskOfActor(cfg, task_index);
-  const config::Config task_cfg = wire::TaskEnvConfig(cfg, m->task);
+  m->task = config::TaskOfActor(cfg, task_index);
+  const config::Config task_cfg = config::TaskEnvConfig(cfg, m->task);
   m->env = envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E, error);
   if (!m->env) return nullptr;
   const envs::EnvSpec& spec = m->env->spec();
   const config::EnvSpec actual = SpecToProto(spec);
   if (task_cfg.env().has_resolved_spec()) {
     if (std::string diff = SpecMismatch(task_cfg.env().resolved_spec(), actual); !diff.empty()) {
-      *error = (cfg.tasks_size() > 0 ? "task \"" + wire::TaskName(cfg, m->task) + "\": " : std::string()) + diff;
+      *error = (cfg.tasks_size() > 0 ? "task \"" + config::TaskName(cfg, m->task) + "\": " : std::string()) + diff;
       return nullptr;
     }
   }
@@ -99,7 +99,7 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
     return nullptr;
   }
     *with_spec.mutable_env()->mutable_resolved_spec() = cfg.env().resolved_spec();
-    m->adapter = wire::ObsAdapter(task_shape.obs_shape, m->shape.obs_shape, task_shape.obs_dtype == wire::DType::kUint8,
+    m->adapter = config::ObsAdapter(task_shape.obs_shape, m->shape.obs_shape, task_shape.obs_dtype == wire::DType::kUint8,
                                   cfg.suite().obs_rule());
     if (!m->adapter.identity()) {
       m->task_obs.resize(size_t(m->E) * m->adapter.from_bytes());
@@ -142,7 +142,7 @@ void ActorCore::SetRemote(RemotePolicy* remote) { impl_->remote = remote; }
 void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
                               wire::TrajectoryBatch* out) {
   Impl& m = *impl_;
-  wire::TraceSpan span("unroll", "actor");
+  base::TraceSpan span("unroll", "actor");
   const int E = m.E, T = m.T, A = m.A;
   const size_t obs_bytes = m.shape.obs_bytes();
   if (out->T() != T || out->n() != E || !(out->shape == m.shape)) {
@@ -172,7 +172,7 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
   for (int t = 0; t < T; ++t) {
     const size_t row = size_t(t) * E;
     float* logits = &out->behaviour_logits[row * A];
-    std::optional<wire::TraceSpan> infer(std::in_place, "infer", "actor");
+    std::optional<base::TraceSpan> infer(std::in_place, "infer", "actor");
     if (m.remote != nullptr) {
       // The server zeroes the states of envs that start an episode and keeps them.
       const int64_t acted = m.remote->Step(out->obs_row(row), E, m.episode_start.data(),
@@ -207,7 +207,7 @@ void ActorCore::CollectUnroll(std::span<const float> params, int64_t version,
     step.valid = &out->valid[row];
     step.final_obs = adapt ? m.task_final_obs.data() : m.final_obs.data();
     {
-      wire::TraceSpan env_span("env_step", "actor");
+      base::TraceSpan env_span("env_step", "actor");
       if (m.shape.box()) {
         m.env->StepBox(m.clipped.data(), step);
       } else {
@@ -355,7 +355,7 @@ base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<boo
     batch.meta.set_send_wait_s(send_wait);
     send_wait = 0;
     const auto send_start = Clock::now();
-    std::optional<wire::TraceSpan> send_span(std::in_place, "send", "actor");
+    std::optional<base::TraceSpan> send_span(std::in_place, "send", "actor");
     bool sent = false;
     while (!stop.load() && !(sent = wire::SendTrajectory(out, batch))) {
       if (Clock::now() - last_report > std::chrono::seconds(1)) {
@@ -380,7 +380,7 @@ base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<boo
     total_wait += waited;
     if (fetcher) {
       ps::ParamsFetcher& f = *fetcher;
-      wire::TraceSpan fetch_span("fetch_params", "actor");
+      base::TraceSpan fetch_span("fetch_params", "actor");
       f.Poll(params, &version);  // refresh only between unrolls, never waiting
       // Relay: a fetcher that has heard of versions far newer than the one it holds has
       // failed to assemble them; start it afresh (mixed fetchers take every new slice).

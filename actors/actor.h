@@ -12,7 +12,7 @@
 
 #include "base/status.h"
 #include "net/model.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 #include "wire/trajectory.h"
 
 namespace stampede::actors {

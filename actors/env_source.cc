@@ -2,7 +2,7 @@
 
 #include <google/protobuf/util/message_differencer.h>
 
-#include "wire/config.h"
+#include "config/config.h"
 
 namespace stampede::actors {
 

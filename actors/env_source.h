@@ -6,7 +6,7 @@
 
 #include "envs/env.h"
 #include "envs/vector_env.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 
 namespace stampede::actors {
 

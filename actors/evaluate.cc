@@ -15,9 +15,9 @@
 #include "net/from_config.h"
 #include "ps/client.h"
 #include "wire/auth.h"
-#include "wire/config.h"
+#include "config/config.h"
 #include "wire/status_channel.h"
-#include "wire/tasks.h"
+#include "config/tasks.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::actors {
@@ -27,7 +27,7 @@ struct EpisodeRunner::Impl {
   wire::StepShape shape, task_shape;  // the network's (joint) and the task's own
   std::unique_ptr<net::Model<float>> net;
   std::unique_ptr<envs::VectorEnv> env;
-  wire::ObsAdapter adapter;
+  config::ObsAdapter adapter;
 };
 
 EpisodeRunner::EpisodeRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -44,7 +44,7 @@ std::unique_ptr<EpisodeRunner> EpisodeRunner::Create(const config::Config& cfg, 
   }
   m->net = net::MakeModelFromConfig(cfg, m->shape, error);
   if (!m->net) return nullptr;
-  const config::Config task_cfg = wire::TaskEnvConfig(cfg, task);
+  const config::Config task_cfg = config::TaskEnvConfig(cfg, task);
   m->env = envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E, error);
   if (!m->env) return nullptr;
   config::Config with = task_cfg;
@@ -53,12 +53,12 @@ std::unique_ptr<EpisodeRunner> EpisodeRunner::Create(const config::Config& cfg, 
     *error = st.message();
     return nullptr;
   }
-  m->adapter = wire::ObsAdapter(m->task_shape.obs_shape, m->shape.obs_shape,
+  m->adapter = config::ObsAdapter(m->task_shape.obs_shape, m->shape.obs_shape,
                                 m->task_shape.obs_dtype == wire::DType::kUint8, cfg.suite().obs_rule());
   m->A = m->net->policy_size();
   m->S = m->net->state_size();
   m->K = m->net->spec().policy.action_size();
-  m->limit = wire::TaskActionLimits(cfg)[size_t(task)];
+  m->limit = config::TaskActionLimits(cfg)[size_t(task)];
   return std::unique_ptr<EpisodeRunner>(new EpisodeRunner(std::move(m)));
 }
 
@@ -184,12 +184,12 @@ base::Status RunEvaluator(const config::Config& cfg, int index, std::atomic<bool
     last_report = Clock::now();
   };
   report("starting its envs");
-  const int num_tasks = wire::NumTasks(cfg);
+  const int num_tasks = config::NumTasks(cfg);
   const int num_envs = std::clamp(ev.num_envs(), 1, std::max(1, ev.episodes()));
   std::vector<std::unique_ptr<EpisodeRunner>> runners;
   for (int t = 0; t < num_tasks; ++t) {
     auto r = EpisodeRunner::Create(cfg, t, num_envs, &error);
-    if (!r) return base::InvalidArgument("task " + wire::TaskName(cfg, t) + ": " + error);
+    if (!r) return base::InvalidArgument("task " + config::TaskName(cfg, t) + ": " + error);
     runners.push_back(std::move(r));
     report("starting its envs");
   }
@@ -226,7 +226,7 @@ base::Status RunEvaluator(const config::Config& cfg, int index, std::atomic<bool
     rep.set_greedy(ev.greedy());
     for (int t = 0; t < num_tasks; ++t) {
       const std::string activity =
-          "evaluating round " + std::to_string(round) + " (task " + wire::TaskName(cfg, t) + ")";
+          "evaluating round " + std::to_string(round) + " (task " + config::TaskName(cfg, t) + ")";
       EpisodeOptions opt;
       opt.episodes = ev.episodes();
       opt.num_envs = num_envs;
@@ -240,7 +240,7 @@ base::Status RunEvaluator(const config::Config& cfg, int index, std::atomic<bool
       EpisodeResult r;
       if (!runners[size_t(t)]->Run(params.data(), opt, &r, &error)) {
         if (stop.load()) break;
-        return base::Internal("round " + std::to_string(round) + ", task " + wire::TaskName(cfg, t) + ": " + error);
+        return base::Internal("round " + std::to_string(round) + ", task " + config::TaskName(cfg, t) + ": " + error);
       }
       wire::EvaluationTask* et = rep.add_tasks();
       et->set_task(t);

@@ -17,9 +17,9 @@
 #include "net/from_config.h"
 #include "ps/client.h"
 #include "wire/auth.h"
-#include "wire/config.h"
+#include "config/config.h"
 #include "wire/messages.pb.h"
-#include "wire/tasks.h"
+#include "config/tasks.h"
 #include "wire/unrolls.h"
 #include "wire/zmq_util.h"
 
@@ -274,7 +274,7 @@ struct InferenceServer::Impl {
   std::string Check(const wire::InferRequest& req, const std::vector<zmq::message_t>& parts) const {
     if (std::string e = wire::CheckProtocol(req.sender()); !e.empty()) return e;
     const int actor = req.sender().task_index();
-    if (req.sender().role() != wire::ROLE_ACTOR || actor < 0 || actor >= wire::kMaxActors) {
+    if (req.sender().role() != wire::ROLE_ACTOR || actor < 0 || actor >= config::kMaxActors) {
       return "sender is not an actor of this run";
     }
     if (LearnerOfActor(cfg, actor) != learner) {

@@ -7,7 +7,7 @@
 
 #include "net/layout.h"
 #include "ps/client.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 
 namespace stampede::actors {
 

@@ -3,7 +3,7 @@
 // Whatever can fail at run time returns a Status, or a StatusOr<T> when it also makes a
 // value; both are [[nodiscard]], so a failure cannot be dropped by accident. A role's body
 // returns one and `stampede` maps its code to the process exit code in one place
-// (wire/exit_codes.h, ExitCode).
+// (base/exit_codes.h, ExitCode).
 #pragma once
 
 #include <string>

@@ -9,9 +9,9 @@
 #include "coordinator/learner_status.h"
 #include "coordinator/views.h"
 #include "wire/auth.h"
-#include "wire/config.h"
-#include "wire/exit_codes.h"
-#include "wire/tasks.h"
+#include "config/config.h"
+#include "base/exit_codes.h"
+#include "config/tasks.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::coordinator {
@@ -75,7 +75,7 @@ Core::Core(config::Config cfg, CoreOptions opt, Launcher* launcher, Sinks* sinks
       start_(now),
       unix_start_(unix_now),
       actors_(cfg_.actors().max_params_age_s()),
-      task_reached_(size_t(wire::NumTasks(cfg_)), -1),
+      task_reached_(size_t(config::NumTasks(cfg_)), -1),
       last_row_(now),
       steps_moved_(now) {
   actor_counts_.prev_time = now;
@@ -153,7 +153,7 @@ void Core::OnStatus(const std::string& bytes, const std::string& peer, Clock::ti
     int64_t unlogged = 0;
     if (status_log_.Allow("forged", &unlogged)) {
       sinks_->Warn("stampede: ignored a status claiming to be " + claimed + " from " + peer + "'s connection" +
-                   wire::LogLimiter::More(unlogged) + "\n");
+                   base::LogLimiter::More(unlogged) + "\n");
     }
     return;
   }
@@ -179,7 +179,7 @@ void Core::OnStatus(const std::string& bytes, const std::string& peer, Clock::ti
   if (finished_) return;
   if (role == wire::ROLE_ACTOR) {
     actor_counts_.per_process[s.pid()] = {s.actor_frames(), s.actor_send_wait_s()};
-    if (index >= 0 && index < wire::kMaxActors) {
+    if (index >= 0 && index < config::kMaxActors) {
       actors_.OnActorFrames(index, s.actor_frames());
       actors_.OnActorStatus(index, s.actor_policy_version(), s.actor_newest_heard_version(), s.actor_fetcher_resets(),
                             s.actor_mixed_assemblies(), now);
@@ -266,7 +266,7 @@ void Core::CheckPendingLearnerStatus(Clock::time_point now) {
     ++implausible_statuses_;
     int64_t unlogged = 0;
     if (status_log_.Allow("implausible", &unlogged)) {
-      sinks_->Warn("stampede: ignored the learner's counters: " + why + wire::LogLimiter::More(unlogged) + "\n");
+      sinks_->Warn("stampede: ignored the learner's counters: " + why + base::LogLimiter::More(unlogged) + "\n");
     }
     Event("implausible_status", {{"why", why}}, now);
     pending_.reset();
@@ -281,7 +281,7 @@ void Core::ApplyLearnerStatus(const wire::Status& one, Clock::time_point now) {
   }
   figures_.learners[one.sender().task_index()] = one;
   for (const auto& a : one.actor_lags()) {
-    if (a.actor() < 0 || a.actor() >= wire::kMaxActors) continue;
+    if (a.actor() < 0 || a.actor() >= config::kMaxActors) continue;
     actors_.OnLearnerActorLag(a.actor(), a.policy_version(), a.lag(), a.lag_mean(), a.lag_max(), a.trajectories());
   }
   const wire::Status s = MergeLearners(cfg_, figures_.learners);
@@ -312,10 +312,10 @@ void Core::ApplyLearnerStatus(const wire::Status& one, Clock::time_point now) {
       if (k >= task_reached_.size() || task_reached_[k] >= 0 || ts.frames_to_target() < 0) continue;
       task_reached_[k] = ts.frames_to_target();
       Say(Printf("stampede: task %s: mean return(100) reached its target %s at %lld frames of its own\n",
-                 wire::TaskName(cfg_, int(k)).c_str(), FormatTarget(cfg_.tasks(int(k)).target_return()).c_str(),
+                 config::TaskName(cfg_, int(k)).c_str(), FormatTarget(cfg_.tasks(int(k)).target_return()).c_str(),
                  (long long)ts.env_frames()));
       Event("task_target_reached",
-            {{"task", wire::TaskName(cfg_, int(k))}, {"mean_return_100", ts.mean_return_100()},
+            {{"task", config::TaskName(cfg_, int(k))}, {"mean_return_100", ts.mean_return_100()},
              {"task_env_frames", ts.env_frames()}},
             now);
     }
@@ -396,7 +396,7 @@ void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Cloc
     if (procs_.AllGone()) Finish(now);
     return;
   }
-  if (c.role == wire::ROLE_EVALUATOR && how_ended.exited && how_ended.code == wire::kExitRefused) {
+  if (c.role == wire::ROLE_EVALUATOR && how_ended.exited && how_ended.code == base::kExitRefused) {
     // Its envs or config would fail the same way again.
     const std::string tail = launcher_->LogTail(c.role, c.index, 2000);
     sinks_->Warn(Printf("stampede: %s (pid %lld) %s; its log (%s) ends:\n", who.c_str(), (long long)id, how.c_str(),
@@ -431,8 +431,8 @@ void Core::OnExit(ProcessId id, ExitStatus how_ended, int interrupt_signal, Cloc
   // A learner or shard that refused its config or input, or hit a device error, would
   // fail the same way again: not restarted. Anything else (a crash, a kill) is restarted
   // within the budget.
-  const bool refused = how_ended.exited && how_ended.code == wire::kExitRefused;
-  const bool device = how_ended.exited && how_ended.code == wire::kExitDeviceError;
+  const bool refused = how_ended.exited && how_ended.code == base::kExitRefused;
+  const bool device = how_ended.exited && how_ended.code == base::kExitDeviceError;
   int& n = restarts_[{int(c.role), c.index}];
   const int budget = cfg_.coordinator().max_restarts();
   if (refused || device || n >= budget) {

@@ -24,8 +24,8 @@
 #include "coordinator/run.h"
 #include "coordinator/launcher.h"
 #include "coordinator/sinks.h"
-#include "wire/config.pb.h"
-#include "wire/log_limit.h"
+#include "config/config.pb.h"
+#include "base/log_limit.h"
 #include "wire/messages.pb.h"
 
 namespace stampede::coordinator {
@@ -149,7 +149,7 @@ class Core {
   // stop in order (SIGTERM; a control stop for those started elsewhere), each sending the
   // unroll it holds first, and none is restarted (killed only past
   // coordinator.shutdown_grace_s). Refused while the run stops, while an earlier scale-down
-  // is still stopping actors, outside [max(learners, tasks), wire::kMaxActors], or where
+  // is still stopping actors, outside [max(learners, tasks), config::kMaxActors], or where
   // the launcher has no room.
   ScaleAnswer Scale(int actors, Clock::time_point now);
   int actors_target() const { return actors_target_; }
@@ -235,7 +235,7 @@ class Core {
   std::optional<wire::Status> pending_;  // a learner status the actors cannot vouch for yet
   Clock::time_point pending_since_;
   int64_t forged_statuses_ = 0, implausible_statuses_ = 0, rejected_connections_ = 0;
-  wire::LogLimiter status_log_;
+  base::LogLimiter status_log_;
   std::map<std::string, std::map<std::string, int64_t>> refused_;  // "ps 0" -> reason -> count
   std::vector<int64_t> task_reached_;  // frames at which each task reached its target (-1: not yet)
   // Evaluation: the newest round asked for and at which frames, the next multiple of the

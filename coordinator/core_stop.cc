@@ -7,8 +7,8 @@
 #include "coordinator/core.h"
 #include "coordinator/core_detail.h"
 #include "coordinator/views.h"
-#include "wire/config.h"
-#include "wire/tasks.h"
+#include "config/config.h"
+#include "config/tasks.h"
 
 namespace stampede::coordinator {
 
@@ -39,10 +39,10 @@ ScaleAnswer Core::Scale(int n, Clock::time_point now) {
   const int before = actors_target_;
   if (stop_.stopping || finished_) return {false, "the run is stopping (" + stop_.reason + ")"};
   const int floor = std::max({1, cfg_.learner().num_learners(), cfg_.tasks_size()});
-  if (n < floor || n > wire::kMaxActors) {
+  if (n < floor || n > config::kMaxActors) {
     return {false, Printf("--actors %d is out of range: this run takes %d to %d actors (every learner and every "
                           "task needs one)",
-                          n, floor, wire::kMaxActors)};
+                          n, floor, config::kMaxActors)};
   }
   if (!retiring_.empty()) {
     std::vector<int> still;

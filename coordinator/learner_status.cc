@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "wire/config.h"
-#include "wire/tasks.h"
+#include "config/config.h"
+#include "config/tasks.h"
 
 namespace stampede::coordinator {
 
@@ -91,7 +91,7 @@ wire::Status MergeLearners(const config::Config& cfg, const std::map<int, wire::
   base::StepFigures metric_sum;
   WeightedMean all;
   std::map<std::string, int64_t> by_reason;
-  const int T = wire::NumTasks(cfg);
+  const int T = config::NumTasks(cfg);
   std::vector<WeightedMean> task_means(static_cast<size_t>(T));
   std::vector<wire::TaskStatus> tasks(static_cast<size_t>(T));
   std::vector<double> task_lag(static_cast<size_t>(T), 0.0);

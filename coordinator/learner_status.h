@@ -7,7 +7,7 @@
 
 #include "base/metrics.h"
 #include "coordinator/core.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 #include "wire/messages.pb.h"
 
 namespace stampede::coordinator {

@@ -37,10 +37,10 @@
 #include "base/signals.h"
 #include "coordinator/spec.h"
 #include "wire/auth.h"
-#include "wire/config.h"
-#include "wire/durable_file.h"
-#include "wire/tasks.h"
-#include "wire/trace.h"
+#include "config/config.h"
+#include "base/durable_file.h"
+#include "config/tasks.h"
+#include "base/trace.h"
 
 namespace stampede::coordinator {
 
@@ -139,7 +139,7 @@ void ServeScaleRequest(SupervisorState& st) {
     if (request.contains("id") && request["id"].is_string()) id = request["id"].get<std::string>();
     const int64_t n = request["actors"].get<int64_t>();
     std::vector<std::string> missing;
-    for (int64_t i = 0; !st.keys_dir.empty() && i < std::min<int64_t>(n, wire::kMaxActors); ++i) {
+    for (int64_t i = 0; !st.keys_dir.empty() && i < std::min<int64_t>(n, config::kMaxActors); ++i) {
       const std::string identity = wire::Identity("actor", int(i));
       if (!fs::exists(st.keys_dir + "/" + identity + ".key", ec)) missing.push_back(identity);
     }
@@ -147,13 +147,13 @@ void ServeScaleRequest(SupervisorState& st) {
     if (n > st.core->actors_target() && !missing.empty() && !wire::GenerateKeys(st.keys_dir, missing, &error)) {
       answer.message = "cannot make the new actors' keys: " + error;
     } else {
-      answer = st.core->Scale(int(std::clamp<int64_t>(n, -1, wire::kMaxActors + 1)), coordinator::Clock::now());
+      answer = st.core->Scale(int(std::clamp<int64_t>(n, -1, config::kMaxActors + 1)), coordinator::Clock::now());
     }
   }
   if (!answer.ok) base::LogError("stampede: scale refused: %s\n", answer.message.c_str());
   const nlohmann::json out = {{"id", id}, {"ok", answer.ok}, {"message", answer.message},
                               {"actors", st.core->actors_target()}};
-  if (const base::Status written = wire::WriteFileAtomically(st.run_dir + "/" + kScaleAnswer, out.dump() + "\n");
+  if (const base::Status written = base::WriteFileAtomically(st.run_dir + "/" + kScaleAnswer, out.dump() + "\n");
       !written.ok()) {
     base::LogError("stampede: cannot answer the scale request: %s\n", written.message().c_str());
   }
@@ -328,7 +328,7 @@ int RunScaleCommand(const std::string& run_dir, int actors, double timeout_s) {
   }
   const std::string id = std::to_string(::getpid()) + "-" + std::to_string(UnixTime());
   const nlohmann::json request = {{"actors", actors}, {"id", id}};
-  if (const base::Status st = wire::WriteFileAtomically(run_dir + "/" + kScaleRequest, request.dump() + "\n");
+  if (const base::Status st = base::WriteFileAtomically(run_dir + "/" + kScaleRequest, request.dump() + "\n");
       !st.ok()) {
     base::LogError("stampede scale: %s\n", st.message().c_str());
     return 2;
@@ -423,8 +423,8 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   }
   if (cfg.tasks_size() > 0 && !opt.quiet) {
     // The suite as it will run: who runs which task, and the one network's shapes.
-    const auto assigned = wire::AssignActors(cfg);
-    const auto limits = wire::TaskActionLimits(cfg);
+    const auto assigned = config::AssignActors(cfg);
+    const auto limits = config::TaskActionLimits(cfg);
     std::string shape;
     for (int d : cfg.env().resolved_spec().obs_shape()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
     std::printf("stampede: %d tasks, one network: observations [%s] (suite.obs_rule \"%s\"), %d actions\n",
@@ -458,7 +458,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     std::string why = ec ? ec.message() : "";
     if (!ec) {
       const std::string probe = cfg.run_dir() + "/.write-test";
-      if (const base::Status st = wire::WriteFileAtomically(probe, std::string(4096, 'x')); !st.ok()) why = st.message();
+      if (const base::Status st = base::WriteFileAtomically(probe, std::string(4096, 'x')); !st.ok()) why = st.message();
       std::error_code removed;
       fs::remove(probe, removed);
     }
@@ -499,7 +499,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   const std::string config_path = cfg.run_dir() + "/config.textproto";
   {
     // Every process reads this file: without it nothing may start.
-    if (const base::Status st = wire::WriteFileAtomically(config_path, ConfigToText(cfg)); !st.ok()) {
+    if (const base::Status st = base::WriteFileAtomically(config_path, ConfigToText(cfg)); !st.ok()) {
       base::LogError("stampede: cannot write the run's config: %s\n", st.message().c_str());
       result.exit_code = 2;
       return result;
@@ -557,7 +557,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   }
   if (cfg.trace()) {
     // Every process has exited (and written its trace): one timeline for Perfetto.
-    const base::Status merged = wire::MergeTraces(cfg.run_dir() + "/trace", cfg.run_dir() + "/trace.json");
+    const base::Status merged = base::MergeTraces(cfg.run_dir() + "/trace", cfg.run_dir() + "/trace.json");
     if (merged.ok()) {
       if (!opt.quiet) std::printf("stampede: timeline of every process in %s/trace.json (ui.perfetto.dev)\n", cfg.run_dir().c_str());
     } else {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 
 namespace stampede::coordinator {
 

@@ -4,20 +4,20 @@
 #include <fstream>
 
 #include "base/log.h"
-#include "wire/durable_file.h"
-#include "wire/tensorboard.h"
+#include "base/durable_file.h"
+#include "coordinator/tensorboard.h"
 
 namespace stampede::coordinator {
 
 struct FileSinks::Files {
   std::ofstream metrics;
-  wire::TensorBoardWriter tb;
+  coordinator::TensorBoardWriter tb;
 };
 
 namespace {
 // Durable write of a run file; a failure is reported, the run goes on.
 void WriteRunFile(const std::string& path, const std::string& text) {
-  if (const base::Status st = wire::WriteFileAtomically(path, text); !st.ok()) {
+  if (const base::Status st = base::WriteFileAtomically(path, text); !st.ok()) {
     base::LogError("stampede: %s\n", st.message().c_str());
   }
 }

@@ -19,8 +19,8 @@
 #include "envs/vector_env.h"
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
-#include "wire/config.h"
-#include "wire/tasks.h"
+#include "config/config.h"
+#include "config/tasks.h"
 #include "ps/checkpoints.h"
 #include "ps/placement.h"
 #include "coordinator/run.h"
@@ -46,7 +46,7 @@ int RunSpecCommand(const config::Config& cfg) {
     config::Config resolved = cfg;
     for (int t = 0; t < cfg.tasks_size() && code == 0; ++t) {
       envs::EnvSpec spec;
-      if (!envs::ResolveSpec(actors::EnvSourceFromConfig(wire::TaskEnvConfig(cfg, t)), &spec, &error)) {
+      if (!envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(cfg, t)), &spec, &error)) {
         base::LogError("task \"%s\": %s\n", cfg.tasks(t).name().c_str(), error.c_str());
         code = 2;
         break;
@@ -57,7 +57,7 @@ int RunSpecCommand(const config::Config& cfg) {
       std::printf("# task %s\n%s", cfg.tasks(t).name().c_str(), text.c_str());
     }
     config::EnvSpec joint;
-    const base::Status joined = code == 0 ? wire::JoinTaskSpecs(resolved, &joint) : base::OkStatus();
+    const base::Status joined = code == 0 ? config::JoinTaskSpecs(resolved, &joint) : base::OkStatus();
     if (!joined.ok()) {
       base::LogError("%s\n", joined.message().c_str());
       code = 2;
@@ -146,7 +146,7 @@ base::Status ResolveEnvSpec(const std::string& self_exe, config::Config* cfg) {
   for (int t = 0; t < cfg->tasks_size(); ++t) {
     config::EnvConfig* env = cfg->mutable_tasks(t)->mutable_env();
     AbsolutePlugin(env);
-    config::Config one = wire::TaskEnvConfig(*cfg, t);
+    config::Config one = config::TaskEnvConfig(*cfg, t);
     one.clear_tasks();
     config::EnvSpec spec;
     if (const base::Status resolved = ResolveOne(self_exe, one, &spec); !resolved.ok()) {
@@ -155,7 +155,7 @@ base::Status ResolveEnvSpec(const std::string& self_exe, config::Config* cfg) {
     *env->mutable_resolved_spec() = spec;
   }
   config::EnvSpec joint;
-  RETURN_IF_ERROR(wire::JoinTaskSpecs(*cfg, &joint));
+  RETURN_IF_ERROR(config::JoinTaskSpecs(*cfg, &joint));
   *cfg->mutable_env()->mutable_resolved_spec() = joint;
   wire::StepShape shape;
   if (const base::Status st = ResolvedStepShape(*cfg, &shape); !st.ok()) {

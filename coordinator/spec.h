@@ -6,7 +6,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 
 namespace stampede::coordinator {
 

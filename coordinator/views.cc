@@ -7,8 +7,8 @@
 
 #include "base/metrics.h"
 #include "coordinator/learner_status.h"
-#include "wire/config.h"
-#include "wire/tasks.h"
+#include "config/config.h"
+#include "config/tasks.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::coordinator {
@@ -103,7 +103,7 @@ nlohmann::json ReplayJson(const std::map<int, wire::Status>& learners) {
 nlohmann::json TasksJson(const config::Config& cfg, const wire::Status& s) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& ts : s.tasks()) {
-    if (ts.task() < 0 || ts.task() >= wire::NumTasks(cfg)) continue;
+    if (ts.task() < 0 || ts.task() >= config::NumTasks(cfg)) continue;
     nlohmann::json t = {{"episodes", ts.episodes()},
                         {"mean_return_100", ts.mean_return_100()},
                         {"returns_counted", ts.returns_counted()},
@@ -116,10 +116,10 @@ nlohmann::json TasksJson(const config::Config& cfg, const wire::Status& s) {
       t["popart_scale"] = ts.popart_scale();
     }
     if (cfg.tasks_size() > 0) {
-      const double norm = wire::NormalisedScore(cfg.tasks(ts.task()), ts.mean_return_100());
+      const double norm = config::NormalisedScore(cfg.tasks(ts.task()), ts.mean_return_100());
       if (!std::isnan(norm) && ts.returns_counted() > 0) t["normalised_score"] = norm;
     }
-    j[wire::TaskName(cfg, ts.task())] = t;
+    j[config::TaskName(cfg, ts.task())] = t;
   }
   return j;
 }
@@ -177,10 +177,10 @@ std::pair<double, double> Views::NormalisedAggregate(const Core& c) {
     if (c.cfg_.tasks_size() == 0 || ts.task() < 0 || ts.task() >= c.cfg_.tasks_size() || ts.returns_counted() == 0) {
       continue;
     }
-    const double norm = wire::NormalisedScore(c.cfg_.tasks(ts.task()), ts.mean_return_100());
+    const double norm = config::NormalisedScore(c.cfg_.tasks(ts.task()), ts.mean_return_100());
     if (!std::isnan(norm)) v.push_back(norm);
   }
-  return wire::MeanAndMedian(std::move(v));
+  return config::MeanAndMedian(std::move(v));
 }
 
 EvaluationView Views::Evaluation(const Core& c, const wire::EvaluationReport& r) {
@@ -192,15 +192,15 @@ EvaluationView Views::Evaluation(const Core& c, const wire::EvaluationReport& r)
   double sum = 0;
   int n = 0, episodes = 0, capped = 0;
   for (const auto& t : r.tasks()) {
-    if (t.task() < 0 || t.task() >= wire::NumTasks(cfg)) continue;
-    const std::string name = wire::TaskName(cfg, t.task());
+    if (t.task() < 0 || t.task() >= config::NumTasks(cfg)) continue;
+    const std::string name = config::TaskName(cfg, t.task());
     nlohmann::json one = {{"eval_return_mean", t.return_mean()},
                           {"eval_return_std", t.return_std()},
                           {"episodes", t.episodes()},
                           {"capped", t.capped()},
                           {"mean_episode_length", t.mean_episode_length()}};
     if (suite) {
-      const double norm = wire::NormalisedScore(cfg.tasks(t.task()), t.return_mean());
+      const double norm = config::NormalisedScore(cfg.tasks(t.task()), t.return_mean());
       if (!std::isnan(norm)) {
         one["eval_normalised_score"] = norm;
         normalised.push_back(norm);
@@ -225,7 +225,7 @@ EvaluationView Views::Evaluation(const Core& c, const wire::EvaluationReport& r)
              {"tasks", tasks}};
   char buf[512];
   if (suite) {
-    const auto [norm_mean, norm_median] = wire::MeanAndMedian(std::move(normalised));
+    const auto [norm_mean, norm_median] = config::MeanAndMedian(std::move(normalised));
     if (!std::isnan(norm_mean)) {
       v.event["eval_normalised_mean"] = norm_mean;
       v.event["eval_normalised_median"] = norm_median;
@@ -381,12 +381,12 @@ ProgressRow Views::Progress(const Core& c, Clock::time_point now) {
     out.scalars.push_back({"replay/replayed_fraction", replay_row["replayed_fraction"].get<double>()});
   }
   for (const auto& ts : s.tasks()) {
-    if (ts.task() < 0 || ts.task() >= wire::NumTasks(cfg) || ts.returns_counted() == 0) continue;
-    const std::string name = wire::TaskName(cfg, ts.task());
+    if (ts.task() < 0 || ts.task() >= config::NumTasks(cfg) || ts.returns_counted() == 0) continue;
+    const std::string name = config::TaskName(cfg, ts.task());
     out.scalars.push_back({"return_100/" + name, ts.mean_return_100()});
     out.scalars.push_back({"policy_lag/" + name, ts.policy_lag_mean()});
     if (suite) {
-      const double norm = wire::NormalisedScore(cfg.tasks(ts.task()), ts.mean_return_100());
+      const double norm = config::NormalisedScore(cfg.tasks(ts.task()), ts.mean_return_100());
       if (!std::isnan(norm)) out.scalars.push_back({"normalised_score/" + name, norm});
     }
   }
@@ -465,7 +465,7 @@ std::string Views::DoneText(const Core& c, double fps) {
     out += buf;
     for (const auto& ts : s.tasks()) {
       if (ts.task() < 0 || ts.task() >= cfg.tasks_size()) continue;
-      const double norm = wire::NormalisedScore(cfg.tasks(ts.task()), ts.mean_return_100());
+      const double norm = config::NormalisedScore(cfg.tasks(ts.task()), ts.mean_return_100());
       std::snprintf(buf, sizeof buf, "%-20s %10s %8lld %12lld %10s\n", cfg.tasks(ts.task()).name().c_str(),
                     ReturnText(ts.mean_return_100(), ts.returns_counted()).c_str(), (long long)ts.episodes(),
                     (long long)ts.env_frames(),

@@ -6,7 +6,7 @@
 
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
-#include "wire/config.h"
+#include "config/config.h"
 
 namespace stampede::learner {
 

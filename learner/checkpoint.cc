@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "wire/durable_file.h"
+#include "base/durable_file.h"
 
 namespace stampede::learner {
 
@@ -14,7 +14,7 @@ constexpr uint32_t kFormatVersion = 1;
 
 }  // namespace
 
-uint64_t CheckpointChecksum(const char* data, size_t n) { return wire::Fnv1a64(data, n); }
+uint64_t CheckpointChecksum(const char* data, size_t n) { return base::Fnv1a64(data, n); }
 
 namespace {
 
@@ -74,7 +74,7 @@ base::Status SaveCheckpoint(const std::string& path, const CheckpointData& d) {
   PutFloats(&buf, d.rms_momentum);
   Put(&buf, CheckpointChecksum(buf.data(), buf.size()));
 
-  return wire::WriteFileAtomically(path, buf);
+  return base::WriteFileAtomically(path, buf);
 }
 
 base::Status LoadCheckpoint(const std::string& path, CheckpointData* d) {

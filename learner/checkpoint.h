@@ -1,5 +1,5 @@
 // Learner checkpoints: the flat parameters, the optimizer state, the version and the
-// layout, in one file written by wire::WriteFileAtomically (a crash leaves either the
+// layout, in one file written by base::WriteFileAtomically (a crash leaves either the
 // old file or the new one, never half of one).
 #pragma once
 

@@ -32,11 +32,11 @@
 #include "replay/bounded_queue.h"
 #include "replay/table.h"
 #include "wire/auth.h"
-#include "wire/config.h"
-#include "wire/durable_file.h"
-#include "wire/log_limit.h"
-#include "wire/tasks.h"
-#include "wire/trace.h"
+#include "config/config.h"
+#include "base/durable_file.h"
+#include "base/log_limit.h"
+#include "config/tasks.h"
+#include "base/trace.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::learner {
@@ -189,7 +189,7 @@ struct Learner::Impl {
   int64_t trained_replayed GUARDED_BY(mu) = 0;
   // Drop lines, rate-limited per reason for the whole learner (a claimed sender id
   // costs an attacker nothing).
-  wire::LogLimiter drop_log GUARDED_BY(mu);
+  base::LogLimiter drop_log GUARDED_BY(mu);
   std::string checkpoint_error GUARDED_BY(mu);  // the newest failed checkpoint write
   int64_t checkpoint_failures GUARDED_BY(mu) = 0;
   std::shared_ptr<const wire::Curve> curve;  // CURVE on: the run's keys

@@ -23,7 +23,7 @@ LossOptions LossOptionsFrom(const config::Config& cfg) {
     lo.trust_region_kl = lc.replay().trust_region_kl();
   }
   // Masks only where some task has fewer actions than the shared head.
-  const auto limits = wire::TaskActionLimits(cfg);
+  const auto limits = config::TaskActionLimits(cfg);
   const int head = cfg.env().resolved_spec().num_actions();
   if (cfg.env().resolved_spec().action_kind() == config::DISCRETE &&
       std::any_of(limits.begin(), limits.end(), [&](int a) { return a < head; })) {
@@ -71,12 +71,12 @@ base::Status Learner::Start() {
   m.net = net::MakeModelFromConfig(m.cfg, m.shape, &why);
   if (!m.net) return base::InvalidArgument(why);
   m.layout = m.net->layout();
-  m.num_tasks = wire::NumTasks(m.cfg);
+  m.num_tasks = config::NumTasks(m.cfg);
   {
     base::MutexLock lock(m.mu);  // no other thread yet; the lock keeps the contract simple
     m.tasks.assign(size_t(m.num_tasks), {});
   }
-  m.action_limits = wire::TaskActionLimits(m.cfg);
+  m.action_limits = config::TaskActionLimits(m.cfg);
   if (PopArtOn(m.cfg)) m.popart = PopArtSlotsOf(m.layout);
   m.params.assign(m.layout.total_size(), 0.f);
   m.grad.assign(m.layout.total_size(), 0.f);

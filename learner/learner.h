@@ -14,7 +14,7 @@
 #include <zmq.hpp>
 
 #include "base/status.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 #include "wire/messages.pb.h"
 #include "wire/trajectory.h"
 

@@ -6,7 +6,7 @@
 
 #include "net/distribution.h"
 #include "net/kernel_math.h"
-#include "wire/trace.h"
+#include "base/trace.h"
 
 namespace stampede::learner {
 
@@ -244,7 +244,7 @@ LossStats LossAndGrad(net::Model<S>& net, const S* params, const Batch& batch,
 template <class S>
 LossStats ComputeLossAndGrad(net::Model<S>& net, const S* params, const Batch& batch,
                              const LossOptions& opt, S* grad, Targets<S>* targets_out) {
-  std::optional<wire::TraceSpan> span(std::in_place, "forward", "learner");
+  std::optional<base::TraceSpan> span(std::in_place, "forward", "learner");
   const Forwarded<S> f = RunNet(net, params, batch, opt);
   span.emplace("vtrace", "learner");
   Targets<S> tg = TargetsFrom(net, f, batch, opt);

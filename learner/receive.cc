@@ -23,7 +23,7 @@ void Learner::Impl::ReceiveLoop() {
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
     while (!stop.load() && GlobalFrames() < budget &&
            wire::RecvMultipart(*socket, &parts, false)) {
-      wire::TraceSpan span("receive", "learner");
+      base::TraceSpan span("receive", "learner");
       auto b = std::make_shared<wire::TrajectoryBatch>();
       wire::TrajectoryExpectations expect;
       expect.unroll_length = cfg.actors().unroll_length();
@@ -57,7 +57,7 @@ wire::DropReason Learner::Impl::CheckLag(const wire::TrajectoryBatch& b, std::st
   const int64_t version = b.meta.policy_version();
   const int64_t lag = std::max<int64_t>(0, learner_version - version);
   const int actor = b.meta.sender().task_index();
-  if (actor >= 0 && actor < wire::kMaxActors) {  // actors.num_actors, or more after `stampede scale`
+  if (actor >= 0 && actor < config::kMaxActors) {  // actors.num_actors, or more after `stampede scale`
     base::MutexLock lock(mu);
     ActorArrivals& a = actor_arrivals[actor];
     a.version = version;
@@ -85,7 +85,7 @@ void Learner::Impl::Drop(const std::vector<zmq::message_t>& parts, wire::DropRea
   int64_t unlogged = 0;
   if (!drop_log.Allow(wire::DropReasonName(reason), &unlogged)) return;
   base::LogInfo("learner: dropped a trajectory from actor %d (%s): %s%s\n", actor,
-               wire::DropReasonName(reason), detail.c_str(), wire::LogLimiter::More(unlogged).c_str());
+               wire::DropReasonName(reason), detail.c_str(), base::LogLimiter::More(unlogged).c_str());
 }
 
 wire::DropReason Learner::Impl::CheckTask(const wire::TrajectoryBatch& b, std::string* detail) const {
@@ -98,7 +98,7 @@ wire::DropReason Learner::Impl::CheckTask(const wire::TrajectoryBatch& b, std::s
   if (shape.action_kind == wire::ActionKind::kDiscrete && limit < shape.num_actions) {
     for (int32_t a : b.actions) {
       if (a >= limit) {
-        *detail = "action " + std::to_string(a) + " in a trajectory of task \"" + wire::TaskName(cfg, task) +
+        *detail = "action " + std::to_string(a) + " in a trajectory of task \"" + config::TaskName(cfg, task) +
                   "\", which has " + std::to_string(limit) + " actions";
         return wire::DropReason::kOutOfRange;
       }

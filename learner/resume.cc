@@ -2,7 +2,7 @@
 
 #include "learner/checkpoint.h"
 #include "ps/checkpoints.h"
-#include "wire/config.h"
+#include "config/config.h"
 
 namespace stampede::learner {
 

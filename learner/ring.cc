@@ -10,7 +10,7 @@
 
 #include "base/log.h"
 #include "wire/auth.h"
-#include "wire/log_limit.h"
+#include "base/log_limit.h"
 #include "wire/messages.pb.h"
 #include "wire/zmq_util.h"
 
@@ -65,7 +65,7 @@ struct Ring::Impl {
   std::unique_ptr<zmq::socket_t> in;
   std::map<int, std::unique_ptr<zmq::socket_t>> out;  // by learner index
   RingStats stats;
-  wire::LogLimiter drop_log;
+  base::LogLimiter drop_log;
   std::vector<Early> early;
   // The reduction in progress.
   int64_t round = 0;
@@ -90,7 +90,7 @@ struct Ring::Impl {
     int64_t unlogged = 0;
     if (drop_log.Allow("dropped", &unlogged)) {
       base::LogInfo("learner %d: allreduce: dropped a message: %s%s\n", opt.rank, why.c_str(),
-                   wire::LogLimiter::More(unlogged).c_str());
+                   base::LogLimiter::More(unlogged).c_str());
     }
   }
 

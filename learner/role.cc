@@ -6,7 +6,7 @@
 #include "base/log.h"
 #include "learner/learner.h"
 #include "wire/auth.h"
-#include "wire/config.h"
+#include "config/config.h"
 #include "wire/status_channel.h"
 #include "wire/zmq_util.h"
 

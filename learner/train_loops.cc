@@ -27,7 +27,7 @@ class Learner::Impl::RelayUpdater : public Updater {
   int64_t BeforeStep(double*) override { return m_.version().load(); }
   bool Commit(double* lr, const Batch& batch, const Targets<float>* targets, double* update_ratio) override {
     if (!m_.fused) {
-      wire::TraceSpan span("apply", "learner");
+      base::TraceSpan span("apply", "learner");
       *update_ratio = m_.rms->Step(m_.params, m_.grad, *lr, m_.version().load() + 1);
       if (m_.popart) m_.UpdatePopArt(batch, *targets);
     } else if (m_.popart) {
@@ -41,7 +41,7 @@ class Learner::Impl::RelayUpdater : public Updater {
   // while the last one has not reached every shard).
   void Publish(int64_t version, int64_t steps) {
     if (steps % m_.cfg.learner().publish_every() == 0 || unpublished_) {
-      wire::TraceSpan span("publish", "learner");
+      base::TraceSpan span("publish", "learner");
       unpublished_ = !m_.publisher->Put(m_.params, version);
     }
   }
@@ -51,7 +51,7 @@ class Learner::Impl::RelayUpdater : public Updater {
         Clock::now() - last_checkpoint_ <= std::chrono::duration<double>(lc.checkpoint_interval_s())) {
       return;
     }
-    wire::TraceSpan span("checkpoint", "learner");
+    base::TraceSpan span("checkpoint", "learner");
     if (const base::Status st = m_.SaveCheckpoint(); !st.ok()) {
       base::LogError("learner: checkpoint failed: %s\n", st.message().c_str());
     }
@@ -82,14 +82,14 @@ class Learner::Impl::ShardedUpdater : public Updater {
     bool moved = true;
     for (size_t i = 0; i < pushed_.size(); ++i) moved = moved && now_at[i] > pushed_[i];
     if (!moved) {
-      if (sync_wait_start_ < 0 && wire::Trace::on()) sync_wait_start_ = wire::Trace::NowUs();
+      if (sync_wait_start_ < 0 && base::Trace::on()) sync_wait_start_ = base::Trace::NowUs();
       // Wait for the shards' next version (a reply), then look again.
       (void)m_.fetcher->WaitForReply(kSyncWait);
       return false;
     }
     if (sync_wait_start_ >= 0) {
       // The time this learner waited for the other replicas' gradients of its version.
-      wire::Trace::Complete("sync_wait", "learner", sync_wait_start_, wire::Trace::NowUs() - sync_wait_start_);
+      base::Trace::Complete("sync_wait", "learner", sync_wait_start_, base::Trace::NowUs() - sync_wait_start_);
       sync_wait_start_ = -1;
     }
     return true;
@@ -106,7 +106,7 @@ class Learner::Impl::ShardedUpdater : public Updater {
   bool Commit(double* lr, const Batch&, const Targets<float>*, double*) override {
     pushed_ = m_.fetcher->shard_versions();
     {
-      wire::TraceSpan span("push", "learner");
+      base::TraceSpan span("push", "learner");
       m_.publisher->set_env_frames(m_.frames());
       if (!m_.publisher->PushGradient(m_.grad, pushed_, *lr, &m_.stop)) return false;
     }
@@ -217,11 +217,11 @@ class Learner::Impl::AllreduceUpdater : public Updater {
     own.weight = weight;
     const int64_t every = m_.cfg.learner().allreduce_check_every();
     if (every > 0 && step % every == 0) {
-      own.fingerprint = wire::Fnv1a64(reinterpret_cast<const char*>(m_.params.data()), m_.params.size() * sizeof(float)) | 1;
+      own.fingerprint = base::Fnv1a64(reinterpret_cast<const char*>(m_.params.data()), m_.params.size() * sizeof(float)) | 1;
     }
     std::vector<RingContribution> all;
     {
-      wire::TraceSpan span("allreduce", "learner");
+      base::TraceSpan span("allreduce", "learner");
       const base::Status st = m_.ring->AllReduce(round, members_, m_.grad, own, &all, &m_.stop);
       if (st.code() == base::Code::kCancelled) return false;
       if (!st.ok()) {
@@ -252,7 +252,7 @@ class Learner::Impl::AllreduceUpdater : public Updater {
     if (weights == 0) return true;  // no learner had a finite gradient: nothing to apply
     *lr = net::ScheduledLearningRate(m_.cfg.learner().optimizer(), m_.cfg.stop().total_env_frames(), double(frames));
     {
-      wire::TraceSpan span("apply", "learner");
+      base::TraceSpan span("apply", "learner");
       *update_ratio = m_.rms->Step(m_.params, m_.grad, *lr, step);
     }
     const int64_t version = ++m_.version();
@@ -299,7 +299,7 @@ void Learner::Impl::TrainLoop() {
   std::vector<float> before;  // fused: the parameters before the step (the update ratio)
   auto assemble = [&](Batch* into, std::vector<UnrollRef>* keep, std::vector<Pick>* keep_picks,
                       std::vector<Pick>* taken_picks) {
-    wire::TraceSpan span("assemble", "learner");
+    base::TraceSpan span("assemble", "learner");
     Assemble(items, into);
     MarkReplayed(*taken_picks, into);
     keep->swap(items);  // released after the step (replay keeps the fresh ones)
@@ -326,7 +326,7 @@ void Learner::Impl::TrainLoop() {
     const int64_t trained_on = updater->BeforeStep(&update_ratio);
     double lr = LearningRate();
     {
-      wire::TraceSpan span(fused ? "device_step" : "gradient", "learner");
+      base::TraceSpan span(fused ? "device_step" : "gradient", "learner");
       if (fused) {
         before = params;
         backend->LaunchUpdate(lr, self->version_.load() + 1);
@@ -341,7 +341,7 @@ void Learner::Impl::TrainLoop() {
     }
     LossStats st;
     {
-      wire::TraceSpan span("wait", "learner");
+      base::TraceSpan span("wait", "learner");
       if (fused) {
         st = backend->WaitUpdate(params, &norm);
         update_ratio = UpdateToParamRatio(before, params);
@@ -457,12 +457,12 @@ bool Learner::Impl::PollShardedCheckpoint(std::string* error) {
   const std::pair<std::string, std::string> chief_parts[] = {{"config.textproto", ConfigToText(cfg)},
                                                              {"counters.txt", counters}};
   for (const auto& [name, text] : chief_parts) {
-    if (const base::Status written = wire::WriteFileAtomically(ckpt_dir + "/" + name, text); !written.ok()) {
+    if (const base::Status written = base::WriteFileAtomically(ckpt_dir + "/" + name, text); !written.ok()) {
       *error = written.message();
       ckpt_sequence = 0;
       return false;
     }
-    m.parts.push_back({name, int64_t(text.size()), wire::Fnv1a64(text.data(), text.size())});
+    m.parts.push_back({name, int64_t(text.size()), base::Fnv1a64(text.data(), text.size())});
   }
   ckpt_sequence = 0;
   if (const base::Status written = ps::WriteManifest(ckpt_dir, m); !written.ok()) {

@@ -7,9 +7,9 @@
 
 #include "net/gemm.h"
 #include "net/layers.h"
-#include "wire/config.h"
-#include "wire/config.pb.h"
-#include "wire/tasks.h"
+#include "config/config.h"
+#include "config/config.pb.h"
+#include "config/tasks.h"
 #include "wire/unrolls.h"
 
 namespace stampede::net {
@@ -60,7 +60,7 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
   spec.center_frames = cfg.net().center_frames();
   spec.init = cfg.net().init();
   spec.policy_init_scale = PolicyInitScale(cfg);
-  spec.num_values = spec.popart ? wire::NumTasks(cfg) : 1;
+  spec.num_values = spec.popart ? config::NumTasks(cfg) : 1;
   switch (shape.action_kind) {
     case wire::ActionKind::kDiscrete:
       spec.policy = CategoricalPolicy(shape.num_actions);

@@ -10,12 +10,12 @@
 
 #include "base/mutex.h"
 #include "ps/placement.h"
-#include "wire/durable_file.h"
+#include "base/durable_file.h"
 
 namespace stampede::ps {
 
 namespace fs = std::filesystem;
-using wire::Fnv1a64;
+using base::Fnv1a64;
 
 namespace {
 constexpr char kMagic[8] = {'S', 'T', 'P', 'S', 'H', 'R', 'D', '1'};
@@ -164,7 +164,7 @@ base::Status WriteManifest(const std::string& dir, const Manifest& m) {
   if (m.final) os << "final\n";
   for (const auto& p : m.parts) os << "part " << p.file << " " << p.bytes << " " << p.checksum << "\n";
   os << "end\n";
-  return wire::WriteFileAtomically(dir + "/MANIFEST", os.str());
+  return base::WriteFileAtomically(dir + "/MANIFEST", os.str());
 }
 
 base::Status ReadManifest(const std::string& dir, Manifest* m) {
@@ -283,7 +283,7 @@ int64_t ReadVersionMark(const std::string& path) {
 }
 
 base::Status WriteVersionMark(const std::string& path, int64_t mark) {
-  return wire::WriteFileAtomically(path, std::to_string(mark) + "\n");
+  return base::WriteFileAtomically(path, std::to_string(mark) + "\n");
 }
 
 base::Status ReshardCheckpoint(const FoundCheckpoint& from, const Placement& old_placement,
@@ -341,11 +341,11 @@ base::Status ReshardCheckpoint(const FoundCheckpoint& from, const Placement& old
   if (ec) return base::Internal("cannot make " + dir + ": " + ec.message());
   std::string error;
   auto write = [&](const std::string& name, const std::string& bytes) {
-    if (const base::Status st = wire::WriteFileAtomically(dir + "/" + name, bytes); !st.ok()) {
+    if (const base::Status st = base::WriteFileAtomically(dir + "/" + name, bytes); !st.ok()) {
       error = st.message();
       return false;
     }
-    m.parts.push_back({name, int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
+    m.parts.push_back({name, int64_t(bytes.size()), base::Fnv1a64(bytes.data(), bytes.size())});
     return true;
   };
   for (int s = 0; s < new_placement.num_shards(); ++s) {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 
 namespace stampede::ps {
 

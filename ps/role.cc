@@ -12,7 +12,7 @@
 #include "ps/checkpoints.h"
 #include "ps/shard.h"
 #include "wire/auth.h"
-#include "wire/config.h"
+#include "config/config.h"
 #include "wire/status_channel.h"
 #include "wire/zmq_util.h"
 

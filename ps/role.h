@@ -7,7 +7,7 @@
 #include <atomic>
 
 #include "base/status.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 
 namespace stampede::ps {
 

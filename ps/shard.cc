@@ -1,6 +1,6 @@
 #include "ps/shard.h"
 #include "base/log.h"
-#include "wire/trace.h"
+#include "base/trace.h"
 
 #include <cstdio>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "net/layout.h"
 #include "ps/checkpoints.h"
 #include "wire/auth.h"
-#include "wire/durable_file.h"
+#include "base/durable_file.h"
 #include "wire/zmq_util.h"
 
 namespace stampede::ps {
@@ -41,7 +41,7 @@ void Shard::Refuse(Refusal why, const std::string& detail) {
   int64_t unlogged = 0;
   if (log_limiter_.Allow(RefusalName(why), &unlogged)) {
     base::LogError("ps %d: refused a request (%s): %s%s\n", opt_.shard, RefusalName(why), detail.c_str(),
-                 wire::LogLimiter::More(unlogged).c_str());
+                 base::LogLimiter::More(unlogged).c_str());
   }
 }
 
@@ -198,7 +198,7 @@ void Shard::Publish(int64_t version, const float* values) {
 }
 
 void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, const std::string& peer) {
-  wire::TraceSpan span("put", "ps");
+  base::TraceSpan span("put", "ps");
   if (!FromLearner(peer, "put")) return;
   const char* problem = CheckSlice(put, data);
   Refusal why = Refusal::kWrongLayout;
@@ -235,7 +235,7 @@ void Shard::HandlePut(const wire::ParamsSlice& put, const zmq::message_t* data, 
 }
 
 void Shard::HandlePush(const wire::PushGradient& push, const zmq::message_t* data, const std::string& peer) {
-  wire::TraceSpan span("apply", "ps");
+  base::TraceSpan span("apply", "ps");
   if (!FromLearner(peer, "gradient push")) return;
   if (opt_.mode == UpdateMode::kRelay) {
     Refuse(Refusal::kWrongMode, "a gradient push, but learner.update_mode is \"relay\" (the learner applies the optimizer)");
@@ -306,7 +306,7 @@ void Shard::Apply(const float* grad, double lr, int64_t staleness) {
 }
 
 void Shard::HandleCheckpoint(const zmq::message_t& identity, const wire::CheckpointRequest& req) {
-  wire::TraceSpan span("checkpoint", "ps");
+  base::TraceSpan span("checkpoint", "ps");
   wire::CheckpointDone done;
   *done.mutable_sender() = wire::MakeSender(wire::ROLE_PS, opt_.shard, opt_.incarnation);
   done.set_sequence(req.sequence());
@@ -340,10 +340,10 @@ void Shard::HandleCheckpoint(const zmq::message_t& identity, const wire::Checkpo
     const std::string dir = CheckpointDir(opt_.checkpoint_root, req.sequence());
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    if (const base::Status written = wire::WriteFileAtomically(dir + "/" + done.file(), bytes); written.ok()) {
+    if (const base::Status written = base::WriteFileAtomically(dir + "/" + done.file(), bytes); written.ok()) {
       done.set_version(part.version);
       done.set_bytes(int64_t(bytes.size()));
-      done.set_checksum(wire::Fnv1a64(bytes.data(), bytes.size()));
+      done.set_checksum(base::Fnv1a64(bytes.data(), bytes.size()));
       ++stats_.checkpoint_parts;
     } else {
       done.set_error(written.message());
@@ -364,7 +364,7 @@ std::shared_ptr<const Shard::Snapshot> Shard::Pick(const wire::GetParams& get) c
 }
 
 void Shard::HandleGet(const zmq::message_t& identity, const wire::GetParams& get) {
-  wire::TraceSpan span("get", "ps");
+  base::TraceSpan span("get", "ps");
   ++stats_.gets;
   const std::string id(static_cast<const char*>(identity.data()), identity.size());
   if (auto pick = Pick(get)) {

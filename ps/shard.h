@@ -19,7 +19,7 @@
 #include <zmq.hpp>
 
 #include "net/kernel_math.h"
-#include "wire/log_limit.h"
+#include "base/log_limit.h"
 #include "wire/messages.pb.h"
 
 namespace stampede::wire {
@@ -130,7 +130,7 @@ class Shard {
   int64_t version_mark_ = 0;
   int64_t restored_version_ = -1;  // restored: the version it came back with, until a newer one
   ShardStats stats_;
-  wire::LogLimiter log_limiter_;
+  base::LogLimiter log_limiter_;
 };
 
 }  // namespace stampede::ps

@@ -10,9 +10,9 @@
 #include <iterator>
 #include <map>
 
-#include "wire/atari.h"
+#include "config/atari.h"
 
-#include "wire/config.h"
+#include "config/config.h"
 
 using stampede::LoadConfig;
 using stampede::LoadedConfig;

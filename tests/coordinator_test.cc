@@ -9,7 +9,7 @@
 
 #include "base/status.h"
 #include "coordinator/core.h"
-#include "wire/exit_codes.h"
+#include "base/exit_codes.h"
 #include "wire/zmq_util.h"
 
 namespace {
@@ -562,7 +562,7 @@ TEST_CASE("coordinator: a learner that ends on a device error (exit 3) is not re
 }
 
 TEST_CASE("coordinator: a role's Status decides, through its exit code, whether it is restarted", "[coordinator]") {
-  // The role bodies return a base::Status and `stampede` exits with wire::ExitCode of it:
+  // The role bodies return a base::Status and `stampede` exits with base::ExitCode of it:
   // what the coordinator then does is what the code promises.
   struct Case {
     base::Status status;
@@ -578,13 +578,13 @@ TEST_CASE("coordinator: a role's Status decides, through its exit code, whether 
     INFO(c.status.ToString());
     Fixture f(TestConfig());
     f.launcher.Take("start");
-    f.Exit(wire::ROLE_LEARNER, 0, {true, wire::ExitCode(c.status), 0});
+    f.Exit(wire::ROLE_LEARNER, 0, {true, base::ExitCode(c.status), 0});
     f.Advance(3s);
     CHECK(f.launcher.Take("start").size() == (c.restarted ? 1u : 0u));
     CHECK(f.core->stopping() == !c.restarted);
   }
   // Stopped on request, a role returns ok and exits 0.
-  CHECK(wire::ExitCode(base::OkStatus()) == 0);
+  CHECK(base::ExitCode(base::OkStatus()) == 0);
 }
 
 TEST_CASE("status: StatusOr holds a value or the failure, and Within names where it happened", "[status]") {

@@ -19,7 +19,7 @@
 #include "ps/placement.h"
 #include "ps/shard.h"
 #include "tests/random_batch.h"
-#include "wire/durable_file.h"
+#include "base/durable_file.h"
 #include "wire/zmq_util.h"
 
 using namespace stampede;
@@ -225,8 +225,8 @@ void WriteCheckpoint(const std::string& root, int64_t seq, int64_t version, bool
   for (int s = 0; s < 2; ++s) {
     const std::string bytes = ps::SerializeShardPart(Part(s, version, float(seq)));
     std::string error;
-    REQUIRE_OK(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes));
-    m.parts.push_back({ps::ShardPartName(s), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
+    REQUIRE_OK(base::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes));
+    m.parts.push_back({ps::ShardPartName(s), int64_t(bytes.size()), base::Fnv1a64(bytes.data(), bytes.size())});
   }
   REQUIRE(ps::WriteManifest(dir, m).ok());
 }
@@ -299,8 +299,8 @@ TEST_CASE("sharded checkpoint: without a manifest, truncated or NaN it is skippe
     ps::ShardPart bad = Part(0, 500, std::numeric_limits<float>::quiet_NaN());
     const std::string bytes = ps::SerializeShardPart(bad);
     std::string error;
-    REQUIRE_OK(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(0), bytes));
-    m.parts.push_back({ps::ShardPartName(0), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
+    REQUIRE_OK(base::WriteFileAtomically(dir + "/" + ps::ShardPartName(0), bytes));
+    m.parts.push_back({ps::ShardPartName(0), int64_t(bytes.size()), base::Fnv1a64(bytes.data(), bytes.size())});
     REQUIRE(ps::WriteManifest(dir, m).ok());
   }
   ps::FoundCheckpoint found;
@@ -353,13 +353,13 @@ TEST_CASE("sharded checkpoint: resharded from 3 shards to 2 and to 5 it holds th
       three.Gather(s, ms.data(), p.mean_square.data());
       three.Gather(s, mom.data(), p.momentum.data());
       const std::string bytes = ps::SerializeShardPart(p);
-      REQUIRE_OK(wire::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes));
-      m.parts.push_back({ps::ShardPartName(s), int64_t(bytes.size()), wire::Fnv1a64(bytes.data(), bytes.size())});
+      REQUIRE_OK(base::WriteFileAtomically(dir + "/" + ps::ShardPartName(s), bytes));
+      m.parts.push_back({ps::ShardPartName(s), int64_t(bytes.size()), base::Fnv1a64(bytes.data(), bytes.size())});
     }
     for (const auto& [name, text] : {std::pair<std::string, std::string>{"config.textproto", "old config"},
                                      {"counters.txt", "version 42\n"}}) {
-      REQUIRE_OK(wire::WriteFileAtomically(dir + "/" + name, text));
-      m.parts.push_back({name, int64_t(text.size()), wire::Fnv1a64(text.data(), text.size())});
+      REQUIRE_OK(base::WriteFileAtomically(dir + "/" + name, text));
+      m.parts.push_back({name, int64_t(text.size()), base::Fnv1a64(text.data(), text.size())});
     }
     REQUIRE(ps::WriteManifest(dir, m).ok());
   }

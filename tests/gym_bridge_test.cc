@@ -18,7 +18,7 @@
 #include "envs/python_env.h"
 #include "envs/vector_env.h"
 #include "tests/skip.h"
-#include "wire/config.h"
+#include "config/config.h"
 
 using namespace stampede::envs;
 using json = nlohmann::json;

@@ -14,7 +14,7 @@
 #include "ps/placement.h"
 #include "tests/in_process_shards.h"
 #include "tests/resolved_spec.h"
-#include "wire/config.h"
+#include "config/config.h"
 #include "wire/messages.pb.h"
 #include "wire/zmq_util.h"
 
@@ -147,7 +147,7 @@ TEST_CASE("inference: a bad request gets an error naming the problem, and the se
   CHECK(reply.sequence() == 7);
   CHECK_THAT(reply.error(), Catch::Contains("observations are") && Catch::Contains("expected"));
 
-  // An actor index no run has (past wire::kMaxActors: `stampede scale` may add actors past
+  // An actor index no run has (past config::kMaxActors: `stampede scale` may add actors past
   // actors.num_actors, up to it).
   *req.mutable_sender() = wire::MakeSender(wire::ROLE_ACTOR, 1024, 5);
   req.set_sequence(8);

@@ -11,7 +11,7 @@
 #include "learner/checkpoint.h"
 #include "learner/learner.h"
 #include "ps/client.h"
-#include "wire/config.h"
+#include "config/config.h"
 #include "net/from_config.h"
 #include "ps/placement.h"
 #include "ps/shard.h"

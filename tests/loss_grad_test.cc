@@ -11,7 +11,7 @@
 #include "net/from_config.h"
 #include "net/model.h"
 #include "tests/random_batch.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 
 using namespace stampede;
 using stampede::testing::RandomBatch;

@@ -13,7 +13,7 @@
 #include "net/from_config.h"
 #include "net/model.h"
 #include "net/network.h"
-#include "wire/config.h"
+#include "config/config.h"
 
 using namespace stampede;
 using stampede::LoadedConfig;

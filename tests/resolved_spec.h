@@ -6,7 +6,7 @@
 
 #include "actors/env_source.h"
 #include "envs/vector_env.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 
 namespace stampede::testing {
 

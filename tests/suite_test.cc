@@ -29,10 +29,10 @@
 #include "tests/skip.h"
 #include "tools/eval.h"
 #include "tools/report.h"
-#include "wire/config.h"
-#include "wire/durable_file.h"
-#include "wire/tasks.h"
-#include "wire/tensorboard.h"
+#include "config/config.h"
+#include "base/durable_file.h"
+#include "config/tasks.h"
+#include "coordinator/tensorboard.h"
 
 using namespace stampede;
 namespace fs = std::filesystem;
@@ -51,13 +51,13 @@ void ResolveTasks(config::Config* cfg) {
   for (int t = 0; t < cfg->tasks_size(); ++t) {
     envs::EnvSpec spec;
     std::string error;
-    REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(wire::TaskEnvConfig(*cfg, t)), &spec, &error));
+    REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(*cfg, t)), &spec, &error));
     *cfg->mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
   }
   config::EnvSpec joint;
   std::string error;
   INFO(error);
-  REQUIRE_OK(wire::JoinTaskSpecs(*cfg, &joint));
+  REQUIRE_OK(config::JoinTaskSpecs(*cfg, &joint));
   *cfg->mutable_env()->mutable_resolved_spec() = joint;
 }
 
@@ -102,9 +102,9 @@ tasks { name: "b" env { name: "Catch" } weight: 3 }
 tasks { name: "c" env { name: "Catch" } weight: 1 }
 actors { num_actors: 8 })");
   // 2 for a; 6 left for b and c: one each, then 4 by weight 3:1 -> 3 and 1.
-  CHECK(wire::AssignActors(cfg) == std::vector<int>{0, 0, 1, 1, 1, 1, 2, 2});
-  CHECK(wire::TaskOfActor(cfg, 5) == 1);
-  CHECK(wire::NumTasks(cfg) == 3);
+  CHECK(config::AssignActors(cfg) == std::vector<int>{0, 0, 1, 1, 1, 1, 2, 2});
+  CHECK(config::TaskOfActor(cfg, 5) == 1);
+  CHECK(config::NumTasks(cfg) == 3);
 }
 
 TEST_CASE("tasks: config errors name the task and the field", "[suite][config]") {
@@ -135,11 +135,11 @@ tasks { name: "vector" env { name: "Catch" } })");
   for (int t = 0; t < 2; ++t) {
     envs::EnvSpec spec;
     std::string error;
-    REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(wire::TaskEnvConfig(cfg, t)), &spec, &error));
+    REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(cfg, t)), &spec, &error));
     *cfg.mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
   }
   config::EnvSpec joint;
-  const base::Status mixed = wire::JoinTaskSpecs(cfg, &joint);
+  const base::Status mixed = config::JoinTaskSpecs(cfg, &joint);
   CHECK_FALSE(mixed.ok());
   CHECK_THAT(mixed.message(), Catch::Contains("task \"vector\" cannot join the suite: its observations are float32, task \"pixels\"'s are uint8"));
   auto box = Parse(R"(
@@ -148,30 +148,30 @@ tasks { name: "pendulum" env { name: "Pendulum-v1" } })");
   for (int t = 0; t < 2; ++t) {
     envs::EnvSpec spec;
     std::string error;
-    REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(wire::TaskEnvConfig(box, t)), &spec, &error));
+    REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(box, t)), &spec, &error));
     *box.mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
   }
-  const base::Status boxed = wire::JoinTaskSpecs(box, &joint);
+  const base::Status boxed = config::JoinTaskSpecs(box, &joint);
   CHECK_FALSE(boxed.ok());
   CHECK_THAT(boxed.message(), Catch::Contains("task \"pendulum\" cannot join the suite") && Catch::Contains("not discrete"));
 }
 
 TEST_CASE("tasks: observations are padded (across ranks: flattened) or resized by nearest neighbour", "[suite]") {
   // Pad [2, 3] into [3, 4]: zeros after each dimension's end.
-  wire::ObsAdapter pad({2, 3}, {3, 4}, false, "pad");
+  config::ObsAdapter pad({2, 3}, {3, 4}, false, "pad");
   const float in[6] = {1, 2, 3, 4, 5, 6};
   float out[12];
   pad.Apply(in, 1, out);
   const float want[12] = {1, 2, 3, 0, 4, 5, 6, 0, 0, 0, 0, 0};
   for (int i = 0; i < 12; ++i) CHECK(out[i] == want[i]);
   // Across ranks: [2, 3] flattened into [8].
-  wire::ObsAdapter flat({2, 3}, {8}, false, "pad");
+  config::ObsAdapter flat({2, 3}, {8}, false, "pad");
   float out8[8];
   flat.Apply(in, 1, out8);
   const float want8[8] = {1, 2, 3, 4, 5, 6, 0, 0};
   for (int i = 0; i < 8; ++i) CHECK(out8[i] == want8[i]);
   // Resize uint8 [1, 2, 2] to [2, 4, 4]: nearest neighbour in H and W, channel 1 zero.
-  wire::ObsAdapter resize({1, 2, 2}, {2, 4, 4}, true, "resize");
+  config::ObsAdapter resize({1, 2, 2}, {2, 4, 4}, true, "resize");
   const uint8_t img[4] = {10, 20, 30, 40};
   uint8_t big[32];
   resize.Apply(img, 1, big);
@@ -190,7 +190,7 @@ TEST_CASE("tasks: a task's actor never samples an action it does not have", "[su
   REQUIRE(cfg.env().resolved_spec().obs_shape(0) == 50);
   std::string error;
   // Actor 1 runs cartpole (2 actions of the union's 3).
-  REQUIRE(wire::TaskOfActor(cfg, 1) == 1);
+  REQUIRE(config::TaskOfActor(cfg, 1) == 1);
   auto core = actors::ActorCore::Create(cfg, 1, &error);
   INFO(error);
   REQUIRE(core);
@@ -248,7 +248,7 @@ TEST_CASE("tasks: the masked loss gives masked actions no probability and no gra
     }
   }
   learner::LossOptions lo;
-  lo.action_limits = wire::TaskActionLimits(cfg);
+  lo.action_limits = config::TaskActionLimits(cfg);
   std::vector<double> grad(params.size(), 0.0);
   const auto st = learner::ComputeLossAndGrad(*net, params.data(), batch, lo, grad.data());
   CHECK(std::isfinite(st.total));
@@ -478,10 +478,10 @@ TEST_CASE("report: one Atari game run alone is human-normalised by the table", "
 }
 
 TEST_CASE("tensorboard: CRC32C matches its check value and the files parse with tensorboard's reader", "[suite][tensorboard]") {
-  CHECK(wire::Crc32c("123456789", 9) == 0xE3069283u);  // the standard check value
+  CHECK(coordinator::Crc32c("123456789", 9) == 0xE3069283u);  // the standard check value
   const std::string dir = TempDir("tb");
   {
-    wire::TensorBoardWriter tb;
+    coordinator::TensorBoardWriter tb;
     REQUIRE_OK(tb.Open(dir + "/tb"));
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     for (int i = 0; i < 5; ++i) {

@@ -33,7 +33,7 @@
 #include "net/layers.h"
 #include "net/onednn_conv.h"
 #include "coordinator/run.h"
-#include "wire/config.h"
+#include "config/config.h"
 #include "wire/trajectory.h"
 #include "wire/zmq_util.h"
 

@@ -53,7 +53,7 @@ text = open(run + "/config.textproto").read()
 def field(name, default):
     m = re.search(r"\b" + name + r":\s*(\d+)", text)
     return int(m.group(1)) if m else default
-proto = open("wire/config.proto").read()
+proto = open("config/config.proto").read()
 cap_default = re.search(r"queue_capacity = \d+ \[default = (\d+)\]", proto)
 envs, cap = field("num_envs", 0), field("queue_capacity", int(cap_default.group(1)) if cap_default else 0)
 fps = s["frames_per_second"]

@@ -1,10 +1,10 @@
 // Writes the config reference (docs/config.md) from the schema alone: every field of
-// wire/config.proto reachable from `Config`, with its type, default, declared range and
+// config/config.proto reachable from `Config`, with its type, default, declared range and
 // doc comment. The comments come from the descriptor set protoc writes with source info
-// (build/wire/config.desc); defaults and ranges from the compiled schema, so the page and
+// (build/config/config.desc); defaults and ranges from the compiled schema, so the page and
 // the checker read the same declarations.
 //
-//   stampede_config_reference [--strict] build/wire/config.desc > docs/config.md
+//   stampede_config_reference [--strict] build/config/config.desc > docs/config.md
 //
 // --strict: exit 1, naming them, when a field has no doc comment (a message-typed field
 // may take its message's). The test `config_reference_fresh` runs it so, and fails when
@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "base/log.h"
-#include "wire/config.pb.h"
-#include "wire/config_detail.h"
+#include "config/config.pb.h"
+#include "config/config_detail.h"
 
 namespace pb = google::protobuf;
 
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
 
   std::ostringstream out;
   out << "# Config reference\n\n"
-      << "Generated from `wire/config.proto` by `tools/config_reference.cc` (`ninja config_reference`); "
+      << "Generated from `config/config.proto` by `tools/config_reference.cc` (`ninja config_reference`); "
          "do not edit by hand. A config is a `Config` in protobuf text format; every field can be set on the "
          "command line with `--set path=value`. A range is checked before any process starts "
          "(`[a, b]` closed, `(a, b]` open at a). `stampede config CONFIG` prints a config with every "
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
   }
   std::fputs(out.str().c_str(), stdout);
   if (strict && !undocumented.empty()) {
-    stampede::base::LogInfo("%zu fields of wire/config.proto have no doc comment:\n", undocumented.size());
+    stampede::base::LogInfo("%zu fields of config/config.proto have no doc comment:\n", undocumented.size());
     for (const auto& name : undocumented) stampede::base::LogInfo("  %s\n", name.c_str());
     return 1;
   }

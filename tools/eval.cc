@@ -15,9 +15,9 @@
 #include "net/onnx_export.h"
 #include "coordinator/run.h"
 #include "coordinator/spec.h"
-#include "wire/config.h"
-#include "wire/durable_file.h"
-#include "wire/tasks.h"
+#include "config/config.h"
+#include "base/durable_file.h"
+#include "config/tasks.h"
 
 namespace stampede::tools {
 
@@ -100,12 +100,12 @@ bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<E
   config::Config cfg;
   if (!LoadEvalConfig(opt.checkpoint, opt.config, self_exe, &cfg, error)) return false;
   std::vector<int> tasks;
-  for (int t = 0; t < wire::NumTasks(cfg); ++t) {
-    if (opt.task.empty() || opt.task == wire::TaskName(cfg, t)) tasks.push_back(t);
+  for (int t = 0; t < config::NumTasks(cfg); ++t) {
+    if (opt.task.empty() || opt.task == config::TaskName(cfg, t)) tasks.push_back(t);
   }
   if (tasks.empty()) {
     std::string names;
-    for (int t = 0; t < wire::NumTasks(cfg); ++t) names += (t ? ", " : "") + wire::TaskName(cfg, t);
+    for (int t = 0; t < config::NumTasks(cfg); ++t) names += (t ? ", " : "") + config::TaskName(cfg, t);
     *error = "--task " + opt.task + ": no such task; the run's tasks: " + names;
     return false;
   }
@@ -147,12 +147,12 @@ bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<E
     actors::EpisodeResult r;
     const bool ran = runner->Run(d.params.data(), eo, &r, error);
     if (record && !renders) {
-      *error = "--record: task " + wire::TaskName(cfg, task) + "'s observations are vectors, not images; only envs "
+      *error = "--record: task " + config::TaskName(cfg, task) + "'s observations are vectors, not images; only envs "
                "with image observations (MinAtar, Atari, Catch) can be recorded";
       return false;
     }
     if (!ran) return false;
-    results->push_back({wire::TaskName(cfg, task), r.mean, r.std, r.episodes, r.capped});
+    results->push_back({config::TaskName(cfg, task), r.mean, r.std, r.episodes, r.capped});
     if (record) {
       recorded = true;
       if (const base::Status st = WriteGif(opt.record, fw, fh, frames, 10); !st.ok()) {
@@ -254,7 +254,7 @@ base::Status WriteGif(const std::string& path, int width, int height, const std:
     out += char(0);
   }
   out += ';';
-  return wire::WriteFileAtomically(path, out);
+  return base::WriteFileAtomically(path, out);
 }
 
 // --- .npz: a zip (stored, no compression) of .npy files, one per tensor.
@@ -382,7 +382,7 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   if (ends_with(".onnx")) {
     // The policy from the network's layer list (net/onnx_export.h).
     auto bytes = net::ExportOnnx(net->spec(), d.params);
-    const base::Status st = bytes.ok() ? wire::WriteFileAtomically(out_path, *bytes) : bytes.status();
+    const base::Status st = bytes.ok() ? base::WriteFileAtomically(out_path, *bytes) : bytes.status();
     if (!st.ok()) {
       base::LogError("stampede export: %s\n", st.message().c_str());
       return 2;
@@ -414,7 +414,7 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   zip.Add("__layout__.npy", Npy("|S" + std::to_string(std::max<size_t>(1, layout.size())), {}, layout));
   std::string net_text = ConfigToText(cfg);
   zip.Add("__config__.npy", Npy("|S" + std::to_string(std::max<size_t>(1, net_text.size())), {}, net_text));
-  if (const base::Status st = wire::WriteFileAtomically(out_path, zip.Finish()); !st.ok()) {
+  if (const base::Status st = base::WriteFileAtomically(out_path, zip.Finish()); !st.ok()) {
     base::LogError("stampede export: %s\n", st.message().c_str());
     return 2;
   }

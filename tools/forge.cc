@@ -22,7 +22,7 @@
 #include "learner/checkpoint.h"
 #include "net/model.h"
 #include "wire/auth.h"
-#include "wire/config.h"
+#include "config/config.h"
 #include "wire/trajectory.h"
 #include "wire/zmq_util.h"
 

@@ -8,8 +8,8 @@
 #include "coordinator/run.h"
 #include "coordinator/slurm_launcher.h"
 #include "tools/sweep.h"
-#include "wire/config.h"
-#include "wire/durable_file.h"
+#include "config/config.h"
+#include "base/durable_file.h"
 
 namespace stampede::tools {
 
@@ -170,14 +170,14 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
     }
     std::string header = "# stampede launch slurm: " + opt.config_path;
     for (const auto& s : sets) header += " --set " + s;
-    if (const base::Status st = wire::WriteFileAtomically(name, header + "\n" + ConfigToText(cfg)); !st.ok()) {
+    if (const base::Status st = base::WriteFileAtomically(name, header + "\n" + ConfigToText(cfg)); !st.ok()) {
       return fail(st.message());
     }
     configs.push_back(name);
     dirs.push_back(dir);
   }
   const std::string script = root + "/job.sbatch";
-  if (const base::Status st = wire::WriteFileAtomically(script, SlurmJobScript(opt, configs, dirs)); !st.ok()) {
+  if (const base::Status st = base::WriteFileAtomically(script, SlurmJobScript(opt, configs, dirs)); !st.ok()) {
     return fail(st.message());
   }
   fs::permissions(script, fs::perms::owner_exec | fs::perms::group_exec, fs::perm_options::add, ec);

@@ -9,9 +9,9 @@
 #include "tools/launch.h"
 #include "coordinator/spec.h"
 #include "wire/auth.h"
-#include "wire/config.h"
-#include "wire/durable_file.h"
-#include "wire/tasks.h"
+#include "config/config.h"
+#include "base/durable_file.h"
+#include "config/tasks.h"
 
 namespace stampede::tools {
 
@@ -155,9 +155,9 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
     *error = "--learner-gpus must be 0 or more";
     return false;
   }
-  if (opt.max_actors > wire::kMaxActors) {
+  if (opt.max_actors > config::kMaxActors) {
     *error = "--max-actors " + std::to_string(opt.max_actors) + " is above the most a run takes (" +
-             std::to_string(wire::kMaxActors) + ")";
+             std::to_string(config::kMaxActors) + ")";
     return false;
   }
   config::Config cfg = loaded.config;
@@ -337,7 +337,7 @@ int LaunchK8s(const K8sLaunchOptions& opt) {
   }
   for (const auto& [name, text] : files) {
     const std::string path = opt.out_dir + "/" + name;
-    if (const base::Status st = wire::WriteFileAtomically(path, text); !st.ok()) {
+    if (const base::Status st = base::WriteFileAtomically(path, text); !st.ok()) {
       base::LogError("stampede launch k8s: %s\n", st.message().c_str());
       return 2;
     }

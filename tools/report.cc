@@ -16,10 +16,10 @@
 
 #include "base/log.h"
 #include "envs/python_env.h"
-#include "wire/atari.h"
-#include "wire/config.h"
-#include "wire/durable_file.h"
-#include "wire/tasks.h"
+#include "config/atari.h"
+#include "config/config.h"
+#include "base/durable_file.h"
+#include "config/tasks.h"
 
 namespace stampede::tools {
 
@@ -62,12 +62,12 @@ base::StatusOr<RunReport> ComputeReport(const std::string& run_dir) {
   std::ifstream metrics(run_dir + "/metrics.jsonl");
   if (!metrics) return base::InvalidArgument(run_dir + "/metrics.jsonl: cannot be read");
   RunReport r;
-  const int n = wire::NumTasks(cfg);
+  const int n = config::NumTasks(cfg);
   r.tasks.resize(size_t(n));
   std::vector<bool> full_best(size_t(n), false);
   for (int t = 0; t < n; ++t) {
     TaskReport& tr = r.tasks[size_t(t)];
-    tr.name = wire::TaskName(cfg, t);
+    tr.name = config::TaskName(cfg, t);
     if (cfg.tasks_size() > 0) {
       tr.random_score = cfg.tasks(t).random_score();
       tr.reference_score = cfg.tasks(t).reference_score();
@@ -125,15 +125,15 @@ base::StatusOr<RunReport> ComputeReport(const std::string& run_dir) {
     config::TaskConfig task;
     task.set_random_score(tr.random_score);
     if (tr.has_reference) task.set_reference_score(tr.reference_score);
-    tr.normalised = tr.scored ? wire::NormalisedScore(task, tr.final_score) : std::nan("");
+    tr.normalised = tr.scored ? config::NormalisedScore(task, tr.final_score) : std::nan("");
     if (!std::isnan(tr.normalised)) normalised.push_back(tr.normalised);
-    tr.eval_normalised = tr.eval_episodes > 0 ? wire::NormalisedScore(task, tr.eval_score) : std::nan("");
+    tr.eval_normalised = tr.eval_episodes > 0 ? config::NormalisedScore(task, tr.eval_score) : std::nan("");
     if (!std::isnan(tr.eval_normalised)) eval_normalised.push_back(tr.eval_normalised);
   }
   r.atari5_median_percent = Atari5Estimate(cfg, r.tasks, /*eval=*/false);
   r.eval_atari5_median_percent = Atari5Estimate(cfg, r.tasks, /*eval=*/true);
-  std::tie(r.mean_normalised, r.median_normalised) = wire::MeanAndMedian(std::move(normalised));
-  std::tie(r.eval_mean_normalised, r.eval_median_normalised) = wire::MeanAndMedian(std::move(eval_normalised));
+  std::tie(r.mean_normalised, r.median_normalised) = config::MeanAndMedian(std::move(normalised));
+  std::tie(r.eval_mean_normalised, r.eval_median_normalised) = config::MeanAndMedian(std::move(eval_normalised));
   r.frames_per_s = r.elapsed_s > 0 ? double(r.env_frames) / r.elapsed_s : 0;
   std::error_code ec;
   r.finished = std::filesystem::exists(run_dir + "/summary.json", ec);
@@ -204,8 +204,8 @@ base::Status WriteReport(const std::string& run_dir, const RunReport& r) {
   }
   md << "\nLearning curves: report.png (one panel per task, its own frames on the x axis"
      << (std::isnan(r.mean_normalised) ? "" : "; the last panel the normalised mean and median") << ").\n";
-  RETURN_IF_ERROR(wire::WriteFileAtomically(run_dir + "/report.csv", csv.str()));
-  return wire::WriteFileAtomically(run_dir + "/report.md", md.str());
+  RETURN_IF_ERROR(base::WriteFileAtomically(run_dir + "/report.csv", csv.str()));
+  return base::WriteFileAtomically(run_dir + "/report.md", md.str());
 }
 
 base::Status PlotReport(const std::string& run_dir) {

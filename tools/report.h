@@ -36,7 +36,7 @@ struct RunReport {
   bool evaluated = false;  // an evaluation round is in metrics.jsonl
   // The Atari-5 estimate of the Atari-57 median human-normalised score, in percent, from
   // the final (and the last evaluation's) scores, where the run's tasks include the five
-  // Atari-5 games (wire/atari.h); NaN otherwise.
+  // Atari-5 games (config/atari.h); NaN otherwise.
   double atari5_median_percent = 0, eval_atari5_median_percent = 0;
   double elapsed_s = 0;
   long long env_frames = 0;

@@ -26,9 +26,9 @@
 #include "tools/report.h"
 #include "tools/sweep.h"
 #include "wire/auth.h"
-#include "wire/config.h"
-#include "wire/exit_codes.h"
-#include "wire/trace.h"
+#include "config/config.h"
+#include "base/exit_codes.h"
+#include "base/trace.h"
 
 namespace {
 
@@ -422,16 +422,16 @@ int main(int argc, char** argv) {
     }
     if (loaded.config.trace() && !loaded.config.run_dir().empty()) {
       const std::string again = restarts > 0 ? "-r" + std::to_string(restarts) : "";
-      const stampede::base::Status traced = stampede::wire::Trace::Open(
+      const stampede::base::Status traced = stampede::base::Trace::Open(
           loaded.config.run_dir() + "/trace/" + role + "-" + std::to_string(task_index) + again + ".json",
           role + " " + std::to_string(task_index));
       if (!traced.ok()) stampede::base::LogError("stampede %s: %s\n", role.c_str(), traced.message().c_str());
     }
-    // The role's Status becomes the exit code here and only here (wire::ExitCode); a failure
+    // The role's Status becomes the exit code here and only here (base::ExitCode); a failure
     // is said once, named after the role.
     auto exit_with = [&](const stampede::base::Status& status) {
       if (!status.ok()) stampede::base::LogError("%s %d: %s\n", role.c_str(), task_index, status.message().c_str());
-      return stampede::wire::ExitCode(status);
+      return stampede::base::ExitCode(status);
     };
     if (role == "actor") return exit_with(stampede::actors::RunActor(loaded.config, task_index, stampede::base::StopFlag()));
     if (role == "evaluator") {

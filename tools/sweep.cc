@@ -16,7 +16,7 @@
 
 #include "base/log.h"
 #include "envs/python_env.h"
-#include "wire/config.h"
+#include "config/config.h"
 
 namespace stampede::tools {
 

@@ -14,8 +14,8 @@
 #include <stdexcept>
 
 #include "base/log.h"
-#include "wire/config.pb.h"
-#include "wire/log_limit.h"
+#include "config/config.pb.h"
+#include "base/log_limit.h"
 
 namespace stampede::wire {
 
@@ -336,7 +336,7 @@ bool ZapHandler::Allowed(const std::string& domain, const std::string& identity)
 }
 
 void ZapHandler::Serve() {
-  LogLimiter limiter;
+  base::LogLimiter limiter;
   zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
   std::vector<zmq::message_t> req;
   while (!stop_.load()) {
@@ -397,7 +397,7 @@ void ZapHandler::Serve() {
       int64_t unlogged = 0;
       if (limiter.Allow(domain, &unlogged)) {
         base::LogError("%s: refused a connection to the '%s' socket from %s: %s%s\n", log_prefix_.c_str(),
-                     domain.c_str(), address.c_str(), why.c_str(), LogLimiter::More(unlogged).c_str());
+                     domain.c_str(), address.c_str(), why.c_str(), base::LogLimiter::More(unlogged).c_str());
       }
     }
     const std::string code = ok ? "200" : "400", text = ok ? "OK" : "not authorised";

@@ -8,15 +8,6 @@
 
 namespace stampede::wire {
 
-const char* DTypeName(DType d) {
-  switch (d) {
-    case DType::kFloat32: return "float32";
-    case DType::kUint8: return "uint8";
-    case DType::kInt32: return "int32";
-  }
-  return "unknown";
-}
-
 namespace {
 template <class T>
 ArrayView View(const char* name, DType dtype, std::vector<int64_t> shape, std::vector<T>& v) {

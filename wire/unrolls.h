@@ -13,7 +13,14 @@ namespace stampede::wire {
 // Element types; the numbers are messages.proto's DType and envs::DType.
 enum class DType : int { kFloat32 = 1, kUint8 = 2, kInt32 = 3 };
 inline int DTypeSize(DType d) { return d == DType::kUint8 ? 1 : 4; }
-const char* DTypeName(DType d);
+inline const char* DTypeName(DType d) {
+  switch (d) {
+    case DType::kFloat32: return "float32";
+    case DType::kUint8: return "uint8";
+    case DType::kInt32: return "int32";
+  }
+  return "unknown";
+}
 
 // Action spaces; the numbers are config.proto's ActionKind and envs::ActionKind.
 enum class ActionKind : int { kDiscrete = 1, kMultiDiscrete = 2, kBox = 3 };

@@ -4,8 +4,8 @@
 #include <sstream>
 #include <string>
 
-#include "wire/atari.h"
-#include "wire/config.h"
+#include "config/atari.h"
+#include "config/config.h"
 
 using namespace stampede;
 

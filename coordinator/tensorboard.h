@@ -1,6 +1,6 @@
 // TensorBoard event files written from C++: TFRecord framing (length, masked CRC32C of
 // the length, the serialized Event, masked CRC32C of the data) around TensorFlow's Event
-// protobuf (wire/tensorboard.proto). `tensorboard --logdir RUN_DIR/tb` shows them.
+// protobuf (coordinator/tensorboard.proto). `tensorboard --logdir RUN_DIR/tb` shows them.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 
 #include "base/status.h"
 
-namespace stampede::wire {
+namespace stampede::coordinator {
 
 // CRC-32C (Castagnoli), and TFRecord's masking of it.
 uint32_t Crc32c(const void* data, size_t n);
@@ -37,4 +37,4 @@ class TensorBoardWriter {
   std::string path_;
 };
 
-}  // namespace stampede::wire
+}  // namespace stampede::coordinator

@@ -1,4 +1,4 @@
-#include "wire/durable_file.h"
+#include "base/durable_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace stampede::wire {
+namespace stampede::base {
 
 uint64_t Fnv1a64(const char* data, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -45,4 +45,4 @@ base::Status WriteFileAtomically(const std::string& path, const std::string& byt
   return base::OkStatus();
 }
 
-}  // namespace stampede::wire
+}  // namespace stampede::base

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "base/status.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 
-namespace stampede::wire {
+namespace stampede::config {
 
 // The most actors a run may have (actors.num_actors's bound), and the bound of any actor
 // index a process accepts: `stampede scale` adds actors past actors.num_actors.
@@ -59,4 +59,4 @@ class ObsAdapter {
   std::vector<long> source_;
 };
 
-}  // namespace stampede::wire
+}  // namespace stampede::config

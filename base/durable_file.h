@@ -9,7 +9,7 @@
 
 #include "base/status.h"
 
-namespace stampede::wire {
+namespace stampede::base {
 
 // FNV-1a 64 of `n` bytes: the checksum that checkpoint files and their parts carry.
 uint64_t Fnv1a64(const char* data, size_t n);
@@ -17,4 +17,4 @@ uint64_t Fnv1a64(const char* data, size_t n);
 // Fails (kInternal) naming the file and the failing step.
 base::Status WriteFileAtomically(const std::string& path, const std::string& bytes);
 
-}  // namespace stampede::wire
+}  // namespace stampede::base

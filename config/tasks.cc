@@ -1,13 +1,13 @@
-#include "wire/tasks.h"
+#include "config/tasks.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "wire/config.h"
+#include "config/config.h"
 
-namespace stampede::wire {
+namespace stampede::config {
 
 int NumTasks(const config::Config& cfg) { return std::max(1, cfg.tasks_size()); }
 
@@ -234,4 +234,4 @@ void ObsAdapter::Apply(const void* in, int n, void* out) const {
   }
 }
 
-}  // namespace stampede::wire
+}  // namespace stampede::config

@@ -1,4 +1,4 @@
-#include "wire/trace.h"
+#include "base/trace.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "base/mutex.h"
-#include "wire/durable_file.h"
+#include "base/durable_file.h"
 
-namespace stampede::wire {
+namespace stampede::base {
 
 std::atomic<bool> Trace::enabled_{false};
 
@@ -148,4 +148,4 @@ base::Status MergeTraces(const std::string& dir, const std::string& out) {
   return WriteFileAtomically(out, merged);
 }
 
-}  // namespace stampede::wire
+}  // namespace stampede::base

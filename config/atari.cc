@@ -1,4 +1,4 @@
-#include "wire/atari.h"
+#include "config/atari.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "wire/config.pb.h"
-#include "wire/config_detail.h"
+#include "config/config.pb.h"
+#include "config/config_detail.h"
 
 namespace stampede::atari {
 

@@ -1,4 +1,4 @@
-// Loading, overriding and checking the one Stampede config (wire/config.proto).
+// Loading, overriding and checking the one Stampede config (config/config.proto).
 #pragma once
 
 #include <memory>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "wire/config.pb.h"
+#include "config/config.pb.h"
 #include "wire/unrolls.h"
 
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "wire/config.h"
-#include "wire/config_detail.h"
-#include "wire/tasks.h"
+#include "config/config.h"
+#include "config/config_detail.h"
+#include "config/tasks.h"
 
 namespace stampede {
 
@@ -15,7 +15,7 @@ using config_detail::FormatNumber;
 
 
 namespace {
-// The tasks of a multi-task config (wire/tasks.h assigns actors to them).
+// The tasks of a multi-task config (config/tasks.h assigns actors to them).
 base::Status ValidateTasks(const LoadedConfig& loaded) {
   const auto& c = loaded.config;
   if (c.tasks().empty()) return base::OkStatus();

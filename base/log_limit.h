@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-namespace stampede::wire {
+namespace stampede::base {
 
 class LogLimiter {
  public:
@@ -45,4 +45,4 @@ class LogLimiter {
   std::map<std::string, Entry> entries_;
 };
 
-}  // namespace stampede::wire
+}  // namespace stampede::base

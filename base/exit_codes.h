@@ -4,7 +4,7 @@
 
 #include "base/status.h"
 
-namespace stampede::wire {
+namespace stampede::base {
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;        // anything else: restarted within the budget
@@ -27,4 +27,4 @@ inline int ExitCode(const base::Status& status) {
   return kExitFailed;
 }
 
-}  // namespace stampede::wire
+}  // namespace stampede::base

@@ -1,4 +1,4 @@
-// Private to wire/config*.cc and wire/atari.cc: the range check that every numeric
+// Private to config/config*.cc and config/atari.cc: the range check that every numeric
 // field's declaration in config.proto drives, and numbers as a config writes them.
 #pragma once
 

@@ -13,7 +13,7 @@
 
 #include "base/status.h"
 
-namespace stampede::wire {
+namespace stampede::base {
 
 class Trace {
  public:
@@ -59,4 +59,4 @@ class TraceSpan {
 // bracket after a kill) into one JSON array at `out`. False with the reason.
 base::Status MergeTraces(const std::string& dir, const std::string& out);
 
-}  // namespace stampede::wire
+}  // namespace stampede::base

@@ -1,4 +1,4 @@
-#include "wire/config.h"
+#include "config/config.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
@@ -12,8 +12,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "wire/atari.h"
-#include "wire/config_detail.h"
+#include "config/atari.h"
+#include "config/config_detail.h"
 
 namespace stampede {
 namespace pb = google::protobuf;

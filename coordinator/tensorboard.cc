@@ -1,4 +1,4 @@
-#include "wire/tensorboard.h"
+#include "coordinator/tensorboard.h"
 
 #include <unistd.h>
 
@@ -8,9 +8,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "wire/tensorboard.pb.h"
+#include "coordinator/tensorboard.pb.h"
 
-namespace stampede::wire {
+namespace stampede::coordinator {
 
 namespace {
 std::array<uint32_t, 256> MakeTable() {
@@ -87,4 +87,4 @@ bool TensorBoardWriter::WriteRecord(const std::string& data) {
   return ok;
 }
 
-}  // namespace stampede::wire
+}  // namespace stampede::coordinator
