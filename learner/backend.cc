@@ -7,8 +7,38 @@
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "config/config.h"
+#include "config/tasks.h"
 
 namespace stampede::learner {
+
+LossOptions LossOptionsFrom(const config::Config& cfg) {
+  const auto& lc = cfg.learner();
+  LossOptions lo;
+  lo.discount = lc.discount();
+  lo.vtrace.clip_rho_threshold = lc.clip_rho_threshold();
+  lo.vtrace.clip_c_threshold = lc.clip_c_threshold();
+  lo.vtrace.clip_pg_rho_threshold = lc.clip_pg_rho_threshold();
+  lo.vtrace.lambda = lc.lambda();
+  lo.baseline_cost = lc.baseline_cost();
+  lo.entropy_cost = lc.entropy_cost();
+  lo.bootstrap_on_truncation = lc.bootstrap_on_truncation();
+  lo.reward_clip = lc.reward_clip();
+  lo.reward_scale = lc.reward_scale();
+  lo.popart = PopArtOn(cfg);
+  lo.normalize_advantages = lc.normalize_advantages();
+  if (lc.replay().fraction() > 0) {
+    lo.entropy_online_only = lc.replay().entropy_online_only();
+    lo.trust_region_kl = lc.replay().trust_region_kl();
+  }
+  // Masks only where some task has fewer actions than the shared head.
+  const auto limits = config::TaskActionLimits(cfg);
+  const int head = cfg.env().resolved_spec().num_actions();
+  if (cfg.env().resolved_spec().action_kind() == config::DISCRETE &&
+      std::any_of(limits.begin(), limits.end(), [&](int a) { return a < head; })) {
+    lo.action_limits = limits;
+  }
+  return lo;
+}
 
 namespace {
 

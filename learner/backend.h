@@ -1,7 +1,7 @@
 // The learner's compute seam. A Backend takes a batch and gives the loss statistics and
 // either the gradient (every update mode) or, where it can, a whole fused step on its own
 // copy of the parameters (the CUDA trainer's on-device optimizer, used when the update
-// is applied here). The one train loop (train_loops.cc) drives a Backend and an Updater;
+// is applied here). The one train loop (trainer.cc) drives a Backend and an Updater;
 // neither knows which of the other it has.
 #pragma once
 

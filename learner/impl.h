@@ -1,7 +1,9 @@
-// Private to the learner: Learner::Impl, shared by learner.cc (start, stop, status,
-// checkpoints), receive.cc (the receiver thread, admission checks, the fresh/replayed
-// batch mix) and train_loops.cc (the one train loop, the updaters of the relay and the
-// sharded modes, the chief's sharded checkpoint rounds). Include nowhere else.
+// Private to the learner: Learner::Impl, the trainer core (learner/trainer.h) plugged into
+// the fleet: its batches (the receiver's queue and the replay table), its books (the
+// status), its PS client, ring and checkpoint files. Shared by learner.cc (start, stop,
+// status, checkpoints), receive.cc (the receiver thread, admission checks, the
+// fresh/replayed batch mix) and sharded_checkpoints.cc (the chief's sharded checkpoint
+// rounds, and the books). Include nowhere else.
 #pragma once
 
 #include "learner/learner.h"
@@ -24,6 +26,7 @@
 #include "learner/loss.h"
 #include "learner/popart.h"
 #include "learner/ring.h"
+#include "learner/trainer.h"
 #include "learner/optimizer.h"
 #include "net/from_config.h"
 #include "ps/checkpoints.h"
@@ -41,7 +44,6 @@
 
 namespace stampede::learner {
 
-using Clock = std::chrono::steady_clock;
 constexpr size_t kReturnWindow = 100;  // episodes in the mean-return window
 
 // The mean of a window, recomputed from the window itself (a running sum would keep the
@@ -55,39 +57,7 @@ struct UnrollRef {
 };
 
 
-// The learner's second seam: what becomes of a step's gradient. Relay applies it here and
-// publishes the parameters; sync/async push it to the shards, which own the optimizer. A
-// new update mode is a new Updater (train_loops.cc), not a new loop.
-class Updater {
- public:
-  virtual ~Updater() = default;
-  // Before a batch is taken, the mode's own upkeep (sync/async: the shards' newest
-  // parameters, the chief's checkpoint rounds). False: not now, look again (sync: the
-  // shards have not yet made the version this learner's last gradient helped make).
-  virtual bool Ready() = 0;
-  // How long the loop waits for a batch, and what it does when none came.
-  virtual std::chrono::milliseconds TakeWait() const = 0;
-  virtual void Idle() {}
-  // Just before the step: brings the learner's parameters to the ones the gradient is
-  // taken at; returns their version. *update_ratio: the update since the previous step,
-  // where it was applied elsewhere.
-  virtual int64_t BeforeStep(double* update_ratio) = 0;
-  // The step's finite, clipped gradient (the learner's grad; already applied where the
-  // backend fused the step): apply and publish, or push. *learning_rate: the schedule's,
-  // which the updater may recompute (allreduce: from every learner's frames). False:
-  // stopped, or failed (Impl::failure says why), end the loop.
-  virtual bool Commit(double* learning_rate, const Batch& batch, const Targets<float>* targets,
-                      double* update_ratio) = 0;
-  // A step whose loss or gradient was not finite, so not applied (counted). Allreduce still
-  // takes part in the reduction, with nothing to add. False: end the loop, as Commit.
-  virtual bool Skip() { return true; }
-  // After the step's books: this mode's periodic checkpoint.
-  virtual void AfterStep() {}
-};
-
-struct Learner::Impl {
-  Learner* self;
-  config::Config cfg;
+struct Learner::Impl : Trainer, BatchSource, TrainerBooks, CheckpointWriter {
   zmq::context_t& ctx;
   std::string bind_endpoint;
   uint64_t incarnation;
@@ -95,12 +65,10 @@ struct Learner::Impl {
   std::unique_ptr<net::Model<float>> net;
   std::unique_ptr<ps::ParamsPublisher> publisher;
   std::unique_ptr<ps::ParamsFetcher> fetcher;  // sync/async: the shards' parameters
-  int index = 0;
   bool restarted = false;
   bool ps_mode = false;  // the shards own the optimizer (sync/async)
   bool allreduce = false;  // the learners average their gradients in a ring (learner/ring.h)
   std::unique_ptr<Ring> ring;  // allreduce: this learner's place in it
-  int64_t version_floor = 0;   // allreduce chief, restarted: the PS's newest version + 1
   // Sync/async chief: the sharded checkpoint in progress (0: none).
   int64_t ckpt_sequence = 0;
   std::string ckpt_dir;
@@ -112,12 +80,6 @@ struct Learner::Impl {
   std::vector<uint64_t> ckpt_incarnations;
   bool ckpt_final = false;      // the round in progress is the stop's final one
   bool ckpt_abandoned = false;  // the last round was abandoned: start the next at once
-  std::vector<float> params, grad;
-  std::unique_ptr<Optimizer> rms;
-  std::unique_ptr<Backend> backend;  // learner.device's: the CPU model or the CUDA trainer
-  // Relay on a backend that fuses the update (CUDA): the step runs there, and the
-  // backend's parameters and optimizer state are the newest (checkpoints read them back).
-  bool fused = false;
   net::ParamLayout layout;
   wire::StepShape shape;
   int frames_per_step = 1;
@@ -133,18 +95,11 @@ struct Learner::Impl {
     double probability;
     int64_t table_size;
   };
-  std::atomic<bool> stop{false};
   std::thread receiver, trainer;
   std::atomic<int64_t> dropped[size_t(wire::DropReason::kCount)] = {};
   std::string checkpoint_path;
 
-  int num_tasks = 1;
   std::vector<int> action_limits;  // per task
-  std::optional<PopArtSlots> popart;
-  // PopArt: each task's statistics updates since this learner started, and whether its
-  // statistics started fresh (PopArtStepSize); set on the first update.
-  std::vector<int64_t> popart_updates;
-  std::vector<uint8_t> popart_fresh;
 
   // The figures the receiver and trainer threads write and FillStatus reads.
   base::Mutex mu;
@@ -195,24 +150,38 @@ struct Learner::Impl {
   std::shared_ptr<const wire::Curve> curve;  // CURVE on: the run's keys
   std::unique_ptr<wire::ZapHandler> zap;    // ... and the handler for the PULL socket
 
-  Impl(Learner* s, const config::Config& c, zmq::context_t& z, std::string ep, uint64_t inc)
-      : self(s), cfg(c), ctx(z), bind_endpoint(std::move(ep)), incarnation(inc),
-        queue(size_t(c.learner().queue_capacity())) {
-    const auto& rc = c.learner().replay();
-    if (rc.fraction() > 0) {
-      replay::TableOptions o;
-      o.capacity = rc.capacity();
-      o.max_bytes = rc.max_bytes();
-      o.max_times_sampled = rc.max_times_sampled();
-      o.limiter.min_size = rc.min_size();
-      o.limiter.samples_per_insert = rc.samples_per_insert();
-      o.limiter.error_buffer = rc.error_buffer();
-      table = std::make_unique<replay::Table<UnrollRef>>(
-          o, replay::MakeSelector(rc.selector(), rc.priority_exponent()), uint64_t(c.seed()) * 7919 + 17);
-      replay_per_batch = int(std::lround(rc.fraction() * c.learner().batch_size()));
-      prioritized = ChoiceOf<config::Selector>(rc.selector()) == config::Selector::prioritized;
-    }
-  }
+  // The trainer's PS as the fleet reaches it (ps/client.h).
+  class PsLink;
+  std::unique_ptr<PsLink> ps_link;
+  // The batches Next gave and the trainer has not settled yet, oldest first (the trainer
+  // thread's): their unrolls stay referenced until then (replay inserts the fresh ones).
+  struct Pending {
+    std::vector<UnrollRef> items;
+    std::vector<Pick> picks;
+  };
+  std::deque<Pending> pending;
+
+  Impl(const config::Config& c, zmq::context_t& z, std::string ep, uint64_t inc);
+  ~Impl() override;
+
+  // BatchSource: the receiver's queue and the replay table.
+  bool Next(Batch* batch, std::chrono::milliseconds wait) override;
+  void Trained(const Batch& batch, const Targets<float>* targets, const LossStats& st) override;
+  void NotTrained() override { pending.pop_front(); }
+  bool wants_targets() const override { return table != nullptr; }
+  // TrainerBooks: the status's figures.
+  void Stepped(const Batch& batch, int64_t trained_on, const base::StepFigures& figures) override;
+  void SkippedStep() override;
+  void Failed(const base::Status& why) override;
+  void PopArtStats(std::span<const float> stats) override;
+  void RingFormed(int64_t generation) override;
+  void RingReduced(const RingStats& stats) override;
+  // CheckpointWriter: RUN_DIR/checkpoint.bin, or the sharded rounds.
+  base::Status Save() override { return SaveCheckpoint(); }
+  void StartRound() override { StartShardedCheckpoint(); }
+  base::StatusOr<bool> PollRound() override;
+  bool round_open() const override { return ckpt_sequence != 0; }
+  bool round_abandoned() const override { return ckpt_abandoned; }
 
   // The next batch's unrolls: fresh ones from the queue first, then (replay) sampled
   // ones, whose picks go to *picks. False on timeout or stop.
@@ -224,41 +193,13 @@ struct Learner::Impl {
   void AfterStep(const std::vector<UnrollRef>& items, const std::vector<Pick>& picks, const Batch& batch,
                  const Targets<float>* targets, const LossStats& st);
 
-  // The learner's counters (the updaters reach them through here).
-  std::atomic<int64_t>& version() { return self->version_; }
-  std::atomic<int64_t>& steps() { return self->steps_; }
-  int64_t frames() const { return self->frames_.load(); }
-  // Sync/async: the run's frames (the others' from the PS, ours counted here).
-  int64_t GlobalFrames() const { return self->frames_.load() + self->other_frames_.load(); }
-  // learner.optimizer's schedule at the global frame count (one learner or several).
-  double LearningRate() const {
-    return net::ScheduledLearningRate(cfg.learner().optimizer(), cfg.stop().total_env_frames(), double(GlobalFrames()));
-  }
-  // Sync/async: reads the newest parameters the shards have (non-blocking) and the
-  // counters that come with them.
-  bool PollParams(bool fresh = false);
   // Sync/async chief: starts a sharded checkpoint, and completes it once every shard's
-  // part is written (true when one was completed by this call).
+  // part is written (true when one was completed by this call; an error ends the round).
   // `final`: the ordered stop's last checkpoint (its manifest says so).
   void StartShardedCheckpoint(bool final = false);
-  bool PollShardedCheckpoint(std::string* error);
+  base::StatusOr<bool> PollShardedCheckpoint();
 
-  // The update modes (train_loops.cc).
-  class RelayUpdater;
-  class ShardedUpdater;
-  class AllreduceUpdater;
-  // Ends the trainer thread with `status` (said once on stderr; the role exits with it).
-  void Fail(const base::Status& status);
   void ReceiveLoop();
-  // The one train loop: batch -> backend -> updater -> publish -> checkpoint, for every
-  // update mode and backend.
-  void TrainLoop();
-  // A step whose loss or gradient was not finite.
-  void CountSkippedStep();
-  // A step's policy lag (against `trained_on`, the version its parameters were), loss
-  // and timing, for the status.
-  void RecordStep(const Batch& batch, int64_t trained_on, const LossStats& st, double norm, double update_ratio,
-                  double lr, double seconds);
   void Accept(std::shared_ptr<wire::TrajectoryBatch> b);
   // A trajectory's task id names a task of the run and its actions are that task's.
   wire::DropReason CheckTask(const wire::TrajectoryBatch& b, std::string* detail) const;
@@ -267,14 +208,34 @@ struct Learner::Impl {
   void Drop(const std::vector<zmq::message_t>& parts, wire::DropReason reason,
             const std::string& detail);
   void Assemble(const std::vector<UnrollRef>& items, Batch* batch) const;
-  // PopArt: each task's statistics from its valid targets in the batch, then the head rescaled.
-  void UpdatePopArt(const Batch& batch, const Targets<float>& targets);
-  // The parameters' "popart/stats" copied for the status (after any change to them).
-  void SharePopArtStats();
   // Writes the checkpoint; a failure is also kept for the status (the run's exit code
   // and summary report it).
   base::Status SaveCheckpoint();
   base::Status WriteCheckpointFile();
+};
+
+// Before a gradient, the shards' replies are read for up to this long while they keep
+// coming (ps::ParamsFetcher::PollFresh).
+inline constexpr std::chrono::milliseconds kFreshWait{1};
+
+class Learner::Impl::PsLink : public ShardLink {
+ public:
+  explicit PsLink(Impl& m) : m_(m) {}
+  bool Put(std::span<const float> params, int64_t version) override { return m_.publisher->Put(params, version); }
+  bool Poll(std::span<float> params, int64_t* version, bool fresh) override {
+    return fresh ? m_.fetcher->PollFresh(params, version, kFreshWait) : m_.fetcher->Poll(params, version);
+  }
+  bool WaitForReply(std::chrono::milliseconds wait) override { return m_.fetcher->WaitForReply(wait); }
+  const std::vector<int64_t>& shard_versions() const override { return m_.fetcher->shard_versions(); }
+  const std::vector<int64_t>& env_frames_by_learner() const override { return m_.fetcher->env_frames_by_learner(); }
+  bool PushGradient(std::span<const float> grad, const std::vector<int64_t>& at, double lr, int64_t env_frames,
+                    const std::atomic<bool>* stop) override {
+    m_.publisher->set_env_frames(env_frames);
+    return m_.publisher->PushGradient(grad, at, lr, stop);
+  }
+
+ private:
+  Impl& m_;
 };
 
 }  // namespace stampede::learner

@@ -3,35 +3,6 @@
 
 namespace stampede::learner {
 
-LossOptions LossOptionsFrom(const config::Config& cfg) {
-  const auto& lc = cfg.learner();
-  LossOptions lo;
-  lo.discount = lc.discount();
-  lo.vtrace.clip_rho_threshold = lc.clip_rho_threshold();
-  lo.vtrace.clip_c_threshold = lc.clip_c_threshold();
-  lo.vtrace.clip_pg_rho_threshold = lc.clip_pg_rho_threshold();
-  lo.vtrace.lambda = lc.lambda();
-  lo.baseline_cost = lc.baseline_cost();
-  lo.entropy_cost = lc.entropy_cost();
-  lo.bootstrap_on_truncation = lc.bootstrap_on_truncation();
-  lo.reward_clip = lc.reward_clip();
-  lo.reward_scale = lc.reward_scale();
-  lo.popart = PopArtOn(cfg);
-  lo.normalize_advantages = lc.normalize_advantages();
-  if (lc.replay().fraction() > 0) {
-    lo.entropy_online_only = lc.replay().entropy_online_only();
-    lo.trust_region_kl = lc.replay().trust_region_kl();
-  }
-  // Masks only where some task has fewer actions than the shared head.
-  const auto limits = config::TaskActionLimits(cfg);
-  const int head = cfg.env().resolved_spec().num_actions();
-  if (cfg.env().resolved_spec().action_kind() == config::DISCRETE &&
-      std::any_of(limits.begin(), limits.end(), [&](int a) { return a < head; })) {
-    lo.action_limits = limits;
-  }
-  return lo;
-}
-
 double WindowMean(const std::deque<float>& window) {
   double sum = 0;
   for (float v : window) sum += v;
@@ -50,9 +21,34 @@ constexpr std::chrono::seconds kFinalCheckpointWait{20};
 }  // namespace
 
 
+Learner::Impl::Impl(const config::Config& c, zmq::context_t& z, std::string ep, uint64_t inc)
+    : Trainer(c, 0), ctx(z), bind_endpoint(std::move(ep)), incarnation(inc),
+      queue(size_t(c.learner().queue_capacity())) {
+  const auto& rc = c.learner().replay();
+  if (rc.fraction() > 0) {
+    replay::TableOptions o;
+    o.capacity = rc.capacity();
+    o.max_bytes = rc.max_bytes();
+    o.max_times_sampled = rc.max_times_sampled();
+    o.limiter.min_size = rc.min_size();
+    o.limiter.samples_per_insert = rc.samples_per_insert();
+    o.limiter.error_buffer = rc.error_buffer();
+    table = std::make_unique<replay::Table<UnrollRef>>(
+        o, replay::MakeSelector(rc.selector(), rc.priority_exponent()), uint64_t(c.seed()) * 7919 + 17);
+    replay_per_batch = int(std::lround(rc.fraction() * c.learner().batch_size()));
+    prioritized = ChoiceOf<config::Selector>(rc.selector()) == config::Selector::prioritized;
+  }
+  ps_link = std::make_unique<PsLink>(*this);
+  links.batches = this;
+  links.books = this;
+  links.shards = ps_link.get();
+}
+
+Learner::Impl::~Impl() = default;
+
 Learner::Learner(const config::Config& cfg, zmq::context_t& ctx, std::string trajectory_endpoint,
                  uint64_t incarnation, std::shared_ptr<const wire::Curve> curve, int index, bool restarted)
-    : impl_(std::make_unique<Impl>(this, cfg, ctx, std::move(trajectory_endpoint), incarnation)) {
+    : impl_(std::make_unique<Impl>(cfg, ctx, std::move(trajectory_endpoint), incarnation)) {
   impl_->curve = std::move(curve);
   impl_->index = index;
   impl_->restarted = restarted;
@@ -61,6 +57,10 @@ Learner::Learner(const config::Config& cfg, zmq::context_t& ctx, std::string tra
 }
 
 Learner::~Learner() { Stop(); }
+
+int64_t Learner::learner_steps() const { return impl_->counters.steps.load(); }
+int64_t Learner::env_frames() const { return impl_->counters.frames.load(); }
+int64_t Learner::policy_version() const { return impl_->counters.version.load(); }
 
 base::Status Learner::Start() {
   Impl& m = *impl_;
@@ -83,6 +83,7 @@ base::Status Learner::Start() {
   m.rms = std::make_unique<Optimizer>(m.layout.total_size(), net::OptimizerHyperFromConfig(m.cfg.learner().optimizer()));
   // Allreduce: the chief writes the checkpoints (every learner holds the same state).
   if (!m.cfg.run_dir().empty() && !(m.allreduce && m.index != 0)) m.checkpoint_path = m.cfg.run_dir() + "/checkpoint.bin";
+  m.links.checkpoints = m.checkpoint_path.empty() ? nullptr : &m;
   std::error_code exists_ec;
   if (m.restarted && !m.ps_mode && !m.checkpoint_path.empty() && std::filesystem::exists(m.checkpoint_path, exists_ec)) {
     // Restarted after a crash: continue from this run's newest checkpoint.
@@ -109,13 +110,13 @@ base::Status Learner::Start() {
     m.params = d.params;
     m.rms->mean_square() = d.rms_mean_square;
     m.rms->momentum() = d.rms_momentum;
-    version_ = d.version;
-    steps_ = d.learner_steps;
+    m.counters.version = d.version;
+    m.counters.steps = d.learner_steps;
     // The checkpoint holds the run's frames; allreduce: every learner restores the chief's
     // checkpoint, and the chief alone carries the count on (the coordinator adds the
     // learners' counts).
-    frames_ = m.allreduce && m.index != 0 ? 0 : d.env_frames;
-    start_frames_ = frames_.load();
+    m.counters.frames = m.allreduce && m.index != 0 ? 0 : d.env_frames;
+    start_frames_ = m.counters.frames.load();
   } else {
     net::InitParams(m.net->spec(), m.cfg.seed(), m.params);
   }
@@ -159,6 +160,7 @@ base::Status Learner::Start() {
     ro.piece_elements = std::min<int64_t>(ro.piece_elements, int64_t(1) << 20);
     m.ring = std::make_unique<Ring>(m.ctx, ro);
     RETURN_IF_ERROR(m.ring->Start());
+    m.links.ring = m.ring.get();
   }
   ps::ClientOptions co;
   co.endpoints.assign(m.cfg.cluster().ps().begin(), m.cfg.cluster().ps().end());
@@ -182,7 +184,7 @@ base::Status Learner::Start() {
     m.fetcher = std::make_unique<ps::ParamsFetcher>(m.ctx, probe);
     std::vector<float> served(m.params.size());
     int64_t assembled = -1, ps_version = -1;
-    const int64_t restored = version_.load();
+    const int64_t restored = m.counters.version.load();
     (void)m.fetcher->WaitFirst(served, &assembled, kRestartProbe, &m.stop);
     for (int64_t v : m.fetcher->newest_versions()) ps_version = std::max(ps_version, v);
     if (ps_version >= 0 && m.allreduce) {
@@ -190,8 +192,8 @@ base::Status Learner::Start() {
       // next version is above what the PS served whatever the ring decides.
       m.version_floor = ps_version + 1;
     } else if (ps_version >= 0) {
-      version_ = std::max(version_.load(), ps_version + 1);
-      steps_ = version_.load();
+      m.counters.version = std::max(m.counters.version.load(), ps_version + 1);
+      m.counters.steps = m.counters.version.load();
     }
     base::LogInfo("learner: restarted: %s; the PS serves version %lld; %s %lld\n",
                  m.cfg.learner().restore_from().empty()
@@ -199,13 +201,13 @@ base::Status Learner::Start() {
                      : ("restored version " + std::to_string(restored) + " from " + m.cfg.learner().restore_from()).c_str(),
                  (long long)ps_version,
                  m.allreduce ? "the ring takes the newest state of its learners, at version at least" : "continuing as version",
-                 (long long)(m.allreduce ? std::max(m.version_floor, version_.load()) : version_.load()));
+                 (long long)(m.allreduce ? std::max(m.version_floor, m.counters.version.load()) : m.counters.version.load()));
     const auto& by_learner = m.fetcher->env_frames_by_learner();
-    if (!by_learner.empty()) frames_ = std::max(frames_.load(), by_learner[0]);
-    start_frames_ = frames_.load();
+    if (!by_learner.empty()) m.counters.frames = std::max(m.counters.frames.load(), by_learner[0]);
+    start_frames_ = m.counters.frames.load();
     m.fetcher.reset();
   }
-  m.publisher->set_env_frames(frames_.load());
+  m.publisher->set_env_frames(m.counters.frames.load());
   if (m.ps_mode) {
     // The chief initialises the shards (a shard that already has parameters, restored
     // from a checkpoint, ignores this); everyone then takes the shards' parameters.
@@ -222,12 +224,12 @@ base::Status Learner::Start() {
     }
     // A restarted learner continues the count the PS kept for it.
     const auto& by_learner = m.fetcher->env_frames_by_learner();
-    if (size_t(m.index) < by_learner.size()) frames_ = std::max(frames_.load(), by_learner[size_t(m.index)]);
-    start_frames_ = frames_.load();
+    if (size_t(m.index) < by_learner.size()) m.counters.frames = std::max(m.counters.frames.load(), by_learner[size_t(m.index)]);
+    start_frames_ = m.counters.frames.load();
     if (m.index == 0 && !m.checkpoint_path.empty()) m.StartShardedCheckpoint();
   } else if (m.allreduce && m.index != 0) {
     // Allreduce: the chief publishes for everyone.
-  } else if (!m.publisher->PutAll(m.params, version_.load(), &m.stop)) {
+  } else if (!m.publisher->PutAll(m.params, m.counters.version.load(), &m.stop)) {
     return base::InvalidArgument("learner: stopped before the first parameters reached the PS");
   }
   m.receiver = std::thread([&m] { m.ReceiveLoop(); });
@@ -235,7 +237,7 @@ base::Status Learner::Start() {
     // The CUDA backend reports device errors (out of memory, a failed launch) by throwing:
     // caught here, said once, and the role ends the process with its own exit code.
     try {
-      m.TrainLoop();
+      m.Run();
     } catch (const std::exception& e) {
       m.Fail(m.backend->name() != "cpu" ? base::DeviceError(std::string("device error on the trainer thread: ") + e.what())
                                         : base::Internal(std::string("trainer thread failed: ") + e.what()));
@@ -300,9 +302,9 @@ base::Status Learner::Impl::WriteCheckpointFile() {
   CheckpointData d;
   d.layout_fingerprint = layout.Fingerprint();
   d.layout_text = LayoutText(layout);
-  d.version = self->version_.load();
+  d.version = counters.version.load();
   d.env_frames = GlobalFrames();
-  d.learner_steps = self->steps_.load();
+  d.learner_steps = counters.steps.load();
   d.params = params;
   d.rms_mean_square = rms->mean_square();
   d.rms_momentum = rms->momentum();
@@ -319,12 +321,13 @@ base::Status Learner::WriteCheckpoint() {
     if (m.index != 0) return base::OkStatus();  // the chief checkpoints for everyone
     // The shards' parts (they stop after the learners), then the parameters for eval.
     std::string error;
-    m.PollShardedCheckpoint(&error);  // one in progress completes or is dropped
-    error.clear();
+    (void)m.PollShardedCheckpoint();  // one in progress completes or is dropped
     m.StartShardedCheckpoint(/*final=*/true);
     const auto deadline = Clock::now() + kFinalCheckpointWait;
     while (m.ckpt_sequence != 0 && Clock::now() < deadline) {
-      if (m.PollShardedCheckpoint(&error)) break;
+      const base::StatusOr<bool> done = m.PollShardedCheckpoint();
+      if (!done.ok()) error = done.status().message();
+      if (!done.ok() || *done) break;
       if (m.ckpt_sequence == 0 && m.ckpt_abandoned) m.StartShardedCheckpoint(/*final=*/true);  // a shard restarted: again
       (void)m.publisher->WaitForReply(kPsWait);
     }
@@ -347,12 +350,12 @@ base::Status Learner::WriteCheckpoint() {
 
 void Learner::FillStatus(wire::Status* s) {
   Impl& m = *impl_;
-  s->set_env_frames(frames_.load());
+  s->set_env_frames(m.counters.frames.load());
   s->set_learner_index(m.index);
   s->set_global_env_frames(m.GlobalFrames());
   s->set_start_env_frames(start_frames_);
-  s->set_learner_steps(steps_.load());
-  s->set_policy_version(version_.load());
+  s->set_learner_steps(m.counters.steps.load());
+  s->set_policy_version(m.counters.version.load());
   s->set_queue_depth(int(m.queue.size()));
   s->set_dropped_trajectories(dropped_total());
   for (int r = 1; r < int(wire::DropReason::kCount); ++r) {

@@ -59,18 +59,16 @@ class Learner {
   // found to differ.
   base::Status failure() const;
 
-  int64_t learner_steps() const { return steps_.load(); }
-  int64_t env_frames() const { return frames_.load(); }
-  int64_t policy_version() const { return version_.load(); }
+  int64_t learner_steps() const;
+  int64_t env_frames() const;
+  int64_t policy_version() const;
   int64_t dropped(wire::DropReason reason) const;
   int64_t dropped_total() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  std::atomic<int64_t> steps_{0}, frames_{0}, version_{0};
   int64_t start_frames_ = 0;  // frames restored from a checkpoint; set in Start
-  std::atomic<int64_t> other_frames_{0};  // several learners: the others' frames (from the PS, or the ring)
 };
 
 }  // namespace stampede::learner

@@ -33,7 +33,7 @@ void Learner::Impl::ReceiveLoop() {
       // yet, by up to a restarted shard's jump (ps/checkpoints.h, version marks).
       // Allreduce: a restarted learner's actors act with the ring's version until the
       // rendezvous gives it that version too.
-      expect.newest_policy_version = self->version_.load() + (ps_mode || allreduce ? 100000 : 0);
+      expect.newest_policy_version = counters.version.load() + (ps_mode || allreduce ? 100000 : 0);
       expect.max_abs_observation = cfg.wire().max_abs_observation();
       expect.max_abs_reward = cfg.wire().max_abs_reward();
       expect.max_episode_length = cfg.env().resolved_spec().max_episode_steps();
@@ -53,7 +53,7 @@ void Learner::Impl::ReceiveLoop() {
 }
 
 wire::DropReason Learner::Impl::CheckLag(const wire::TrajectoryBatch& b, std::string* detail) {
-  const int64_t learner_version = self->version_.load();
+  const int64_t learner_version = counters.version.load();
   const int64_t version = b.meta.policy_version();
   const int64_t lag = std::max<int64_t>(0, learner_version - version);
   const int actor = b.meta.sender().task_index();
@@ -127,7 +127,7 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
     }
     const auto& stop_cfg = cfg.stop();
     const int64_t frames = b->valid_steps() * frames_per_step;
-    const int64_t now = self->frames_.load() + frames;
+    const int64_t now = counters.frames.load() + frames;
     ts.frames += frames;
     if (cfg.tasks_size() == 0) {
       if (frames_to_target < 0 && (stop_cfg.target_return() != 0 || stop_cfg.stop_at_target()) &&
@@ -150,7 +150,7 @@ void Learner::Impl::Accept(std::shared_ptr<wire::TrajectoryBatch> b) {
       }
       if (frames_to_target < 0 && any && all) frames_to_target = now;
     }
-    self->frames_ += frames;
+    counters.frames += frames;
   }
   std::shared_ptr<const wire::TrajectoryBatch> shared = std::move(b);
   for (int c = 0; c < shared->n(); ++c) {
@@ -239,49 +239,24 @@ void Learner::Impl::AfterStep(const std::vector<UnrollRef>& items, const std::ve
   trust_region_dropped += st.trust_region_dropped;
 }
 
+bool Learner::Impl::Next(Batch* batch, std::chrono::milliseconds wait) {
+  Pending p;
+  if (!Take(batch->n(), &p.items, &p.picks, wait)) return false;
+  base::TraceSpan span("assemble", "learner");
+  Assemble(p.items, batch);
+  MarkReplayed(p.picks, batch);
+  pending.push_back(std::move(p));
+  return true;
+}
+
+void Learner::Impl::Trained(const Batch& batch, const Targets<float>* targets, const LossStats& st) {
+  const Pending p = std::move(pending.front());
+  pending.pop_front();
+  AfterStep(p.items, p.picks, batch, targets, st);
+}
+
 void Learner::Impl::Assemble(const std::vector<UnrollRef>& items, Batch* batch) const {
   for (int b = 0; b < batch->n(); ++b) CopyUnroll(*items[b].batch, items[b].column, b, batch);
-}
-
-void Learner::Impl::UpdatePopArt(const Batch& batch, const Targets<float>& targets) {
-  const int T = batch.T(), B = batch.n();
-  std::vector<double> sum(size_t(num_tasks), 0), square(size_t(num_tasks), 0);
-  std::vector<int64_t> count(size_t(num_tasks), 0);
-  for (int t = 0; t < T; ++t) {
-    for (int b = 0; b < B; ++b) {
-      const size_t i = size_t(t) * B + b;
-      if (!batch.valid[i]) continue;
-      const int k = batch.tasks[size_t(b)];
-      sum[size_t(k)] += targets.vs[i];
-      square[size_t(k)] += double(targets.vs[i]) * targets.vs[i];
-      ++count[size_t(k)];
-    }
-  }
-  popart_updates.resize(size_t(num_tasks), 0);
-  if (popart_fresh.empty()) {
-    // Statistics at their initial values (mean 0, scale 1) start fresh; restored ones do not.
-    for (int k = 0; k < num_tasks; ++k) {
-      popart_fresh.push_back(params[size_t(popart->stats + k)] == 0.f &&
-                             params[size_t(popart->stats + popart->num_values + k)] == 1.f);
-    }
-  }
-  for (int k = 0; k < num_tasks; ++k) {
-    if (count[size_t(k)] == 0) continue;
-    const double n = double(count[size_t(k)]);
-    const int64_t t = popart_updates[size_t(k)]++;
-    const bool fresh = popart_fresh[size_t(k)];
-    // A fresh value head has no outputs worth keeping: its first update lets its values
-    // start at the targets' mean, so the first advantages are not the whole return (which
-    // made RMSProp's first steps throw the policy to one action: docs/learning-benchmarks.md, "Library defaults").
-    PopArtUpdate(*popart, params.data(), k, sum[size_t(k)] / n, square[size_t(k)] / n,
-                 PopArtStepSize(cfg.learner().popart_beta(), t, fresh), /*preserve_outputs=*/!(fresh && t == 0));
-  }
-  SharePopArtStats();
-}
-
-void Learner::Impl::SharePopArtStats() {
-  base::MutexLock lock(mu);
-  popart_stats.assign(params.begin() + popart->stats, params.begin() + popart->stats + 2 * num_tasks);
 }
 
 }  // namespace stampede::learner

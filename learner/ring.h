@@ -85,7 +85,19 @@ struct RingPlan {
   std::map<int, int64_t> env_frames;  // each member's frames as the chief knew them
 };
 
-class Ring {
+// The ring as the trainer core uses it (learner/trainer.h); Ring below, or a fake in tests.
+class RingLink {
+ public:
+  virtual ~RingLink() = default;
+  [[nodiscard]] virtual base::Status AllReduce(int64_t round, const std::vector<int>& members, std::span<float> data,
+                                               const RingContribution& own, std::vector<RingContribution>* all,
+                                               const std::atomic<bool>* stop) = 0;
+  [[nodiscard]] virtual base::Status Rendezvous(RingMemberState* state, int64_t floor, bool first, RingPlan* plan,
+                                                const std::atomic<bool>* stop) = 0;
+  virtual const RingStats& stats() const = 0;
+};
+
+class Ring : public RingLink {
  public:
   Ring(zmq::context_t& ctx, RingOptions options);
   ~Ring();
@@ -104,7 +116,7 @@ class Ring {
   // reduction is abandoned; `data` is then undefined); Cancelled when `stop` is set.
   [[nodiscard]] base::Status AllReduce(int64_t round, const std::vector<int>& members, std::span<float> data,
                                        const RingContribution& own, std::vector<RingContribution>* all,
-                                       const std::atomic<bool>* stop = nullptr);
+                                       const std::atomic<bool>* stop = nullptr) override;
 
   // Forms the ring (Horovod Elastic's reset): at the start, and after a reduction ended
   // Unavailable. The chief (learner 0) asks every learner to join and takes those that do:
@@ -116,9 +128,9 @@ class Ring {
   // optimizer state, and state->version is the plan's. Unavailable when no plan comes within
   // the timeout (the chief gone: it is restarted, and the others join it then).
   [[nodiscard]] base::Status Rendezvous(RingMemberState* state, int64_t floor, bool first, RingPlan* plan,
-                                        const std::atomic<bool>* stop = nullptr);
+                                        const std::atomic<bool>* stop = nullptr) override;
 
-  const RingStats& stats() const;
+  const RingStats& stats() const override;
 
  private:
   struct Impl;
