@@ -75,8 +75,12 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   // A suite's actor runs one task's env; the network is the suite's (joint spec).
   m->task = config::TaskOfActor(cfg, task_index);
   const config::Config task_cfg = config::TaskEnvConfig(cfg, m->task);
-  m->env = envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E, error);
-  if (!m->env) return nullptr;
+  auto env = envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E);
+  if (!env.ok()) {
+    *error = env.status().message();
+    return nullptr;
+  }
+  m->env = std::move(env).value();
   const envs::EnvSpec& spec = m->env->spec();
   const config::EnvSpec actual = SpecToProto(spec);
   if (task_cfg.env().has_resolved_spec()) {

@@ -45,8 +45,12 @@ std::unique_ptr<EpisodeRunner> EpisodeRunner::Create(const config::Config& cfg, 
   m->net = net::MakeModelFromConfig(cfg, m->shape, error);
   if (!m->net) return nullptr;
   const config::Config task_cfg = config::TaskEnvConfig(cfg, task);
-  m->env = envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E, error);
-  if (!m->env) return nullptr;
+  auto env = envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E);
+  if (!env.ok()) {
+    *error = env.status().message();
+    return nullptr;
+  }
+  m->env = std::move(env).value();
   config::Config with = task_cfg;
   *with.mutable_env()->mutable_resolved_spec() = SpecToProto(m->env->spec());
   if (const base::Status st = ResolvedStepShape(with, &m->task_shape); !st.ok()) {

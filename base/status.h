@@ -8,6 +8,7 @@
 
 #include <string>
 #include <utility>
+#include <type_traits>
 #include <variant>
 
 namespace stampede::base {
@@ -77,6 +78,11 @@ class [[nodiscard]] StatusOr {
   StatusOr(Status status)  // NOLINT: implicit, as `return InvalidArgument(...)` reads
       : v_(status.ok() ? Internal("StatusOr built from an ok Status without a value") : std::move(status)) {}
   StatusOr(T value) : v_(std::move(value)) {}  // NOLINT
+  // Any value that converts to T (a unique_ptr to a derived class).
+  template <class U>
+    requires(std::is_convertible_v<U &&, T> && !std::is_same_v<std::decay_t<U>, T> &&
+             !std::is_convertible_v<U &&, Status>)
+  StatusOr(U&& value) : v_(T(std::forward<U>(value))) {}  // NOLINT
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   // Ok when there is a value.

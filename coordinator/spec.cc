@@ -32,28 +32,28 @@ int RunSpecCommand(const config::Config& cfg) {
   std::string error;
   int code = 0;
   if (cfg.tasks_size() == 0) {
-    envs::EnvSpec spec;
-    if (!envs::ResolveSpec(actors::EnvSourceFromConfig(cfg), &spec, &error)) {
-      base::LogError("%s\n", error.c_str());
+    const base::StatusOr<envs::EnvSpec> spec = envs::ResolveSpec(actors::EnvSourceFromConfig(cfg));
+    if (!spec.ok()) {
+      base::LogError("%s\n", spec.status().message().c_str());
       code = 2;
     } else {
       std::string text;
-      google::protobuf::TextFormat::PrintToString(actors::SpecToProto(spec), &text);
+      google::protobuf::TextFormat::PrintToString(actors::SpecToProto(*spec), &text);
       std::fputs(text.c_str(), stdout);
     }
   } else {
     // A suite: each task's spec, then the joint one the network is built for.
     config::Config resolved = cfg;
     for (int t = 0; t < cfg.tasks_size() && code == 0; ++t) {
-      envs::EnvSpec spec;
-      if (!envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(cfg, t)), &spec, &error)) {
-        base::LogError("task \"%s\": %s\n", cfg.tasks(t).name().c_str(), error.c_str());
+      const base::StatusOr<envs::EnvSpec> spec = envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(cfg, t)));
+      if (!spec.ok()) {
+        base::LogError("task \"%s\": %s\n", cfg.tasks(t).name().c_str(), spec.status().message().c_str());
         code = 2;
         break;
       }
-      *resolved.mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
+      *resolved.mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(*spec);
       std::string text;
-      google::protobuf::TextFormat::PrintToString(actors::SpecToProto(spec), &text);
+      google::protobuf::TextFormat::PrintToString(actors::SpecToProto(*spec), &text);
       std::printf("# task %s\n%s", cfg.tasks(t).name().c_str(), text.c_str());
     }
     config::EnvSpec joint;

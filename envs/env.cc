@@ -210,8 +210,7 @@ bool RegisterEnv(const std::string& name, EnvFactory factory) {
   return true;
 }
 
-std::unique_ptr<Env> MakeEnv(const std::string& name, const EnvOptions& options,
-                             std::string* error) {
+base::StatusOr<std::unique_ptr<Env>> MakeEnv(const std::string& name, const EnvOptions& options) {
   EnvFactory factory;
   {
     Registry& r = R();
@@ -222,14 +221,12 @@ std::unique_ptr<Env> MakeEnv(const std::string& name, const EnvOptions& options,
   if (!factory) {
     std::string known;
     for (const auto& n : RegisteredEnvs()) known += (known.empty() ? "" : ", ") + n;
-    *error = "unknown environment \"" + name + "\" (registered: " + known + ")";
-    return nullptr;
+    return base::InvalidArgument("unknown environment \"" + name + "\" (registered: " + known + ")");
   }
   try {
     return factory(options);
   } catch (const std::exception& e) {
-    *error = e.what();
-    return nullptr;
+    return base::InvalidArgument(e.what());
   }
 }
 

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace stampede::envs {
 
 // Element types of observations. The numbers are the wire's (wire/unrolls.h DType).
@@ -110,9 +112,9 @@ using EnvFactory = std::function<std::unique_ptr<Env>(const EnvOptions&)>;
 // Registers a factory under `name`; returns true (for static initialisers). A second
 // registration of the same name is a programming error and aborts with a message.
 bool RegisterEnv(const std::string& name, EnvFactory factory);
-// nullptr and `error` set when `name` is not registered or its factory refused `options`.
-std::unique_ptr<Env> MakeEnv(const std::string& name, const EnvOptions& options,
-                             std::string* error);
+// An error when `name` is not registered or its factory refused `options` (the factory's
+// exception is converted here: envs throw, callers get a Status).
+base::StatusOr<std::unique_ptr<Env>> MakeEnv(const std::string& name, const EnvOptions& options);
 std::vector<std::string> RegisteredEnvs();
 
 }  // namespace stampede::envs

@@ -15,7 +15,7 @@ namespace {
 constexpr int kErrorSize = 1024;
 
 // Libraries stay loaded for the life of the process (their envs may outlive any owner).
-const stampede_plugin* LoadPlugin(const std::string& path, std::string* error) {
+base::StatusOr<const stampede_plugin*> LoadPlugin(const std::string& path) {
   struct Loaded {
     base::Mutex mu;
     std::map<std::string, const stampede_plugin*> by_path GUARDED_BY(mu);
@@ -27,25 +27,22 @@ const stampede_plugin* LoadPlugin(const std::string& path, std::string* error) {
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* why = ::dlerror();
-    *error = "plug-in " + path + ": cannot load: " + (why ? why : "unknown dlopen error");
-    return nullptr;
+    return base::InvalidArgument("plug-in " + path + ": cannot load: " + (why ? why : "unknown dlopen error"));
   }
   auto entry = reinterpret_cast<stampede_plugin_entry_fn>(::dlsym(handle, STAMPEDE_PLUGIN_ENTRY_NAME));
   if (entry == nullptr) {
-    *error = "plug-in " + path + ": no symbol " STAMPEDE_PLUGIN_ENTRY_NAME
-             " (export one with STAMPEDE_PLUGIN(...) from envs/plugin_api.h)";
-    return nullptr;
+    return base::InvalidArgument("plug-in " + path + ": no symbol " STAMPEDE_PLUGIN_ENTRY_NAME
+                                 " (export one with STAMPEDE_PLUGIN(...) from envs/plugin_api.h)");
   }
   const stampede_plugin* plugin = entry();
   if (plugin == nullptr) {
-    *error = "plug-in " + path + ": " STAMPEDE_PLUGIN_ENTRY_NAME "() returned NULL";
-    return nullptr;
+    return base::InvalidArgument("plug-in " + path + ": " STAMPEDE_PLUGIN_ENTRY_NAME "() returned NULL");
   }
   if (plugin->abi_version != STAMPEDE_PLUGIN_ABI_VERSION) {
-    *error = "plug-in " + path + ": built against plug-in ABI version " +
-             std::to_string(plugin->abi_version) + ", this Stampede loads version " +
-             std::to_string(STAMPEDE_PLUGIN_ABI_VERSION) + ": rebuild it against this envs/plugin_api.h";
-    return nullptr;
+    return base::InvalidArgument("plug-in " + path + ": built against plug-in ABI version " +
+                                 std::to_string(plugin->abi_version) + ", this Stampede loads version " +
+                                 std::to_string(STAMPEDE_PLUGIN_ABI_VERSION) +
+                                 ": rebuild it against this envs/plugin_api.h");
   }
   loaded.emplace(path, plugin);
   return plugin;
@@ -56,19 +53,17 @@ std::string ErrorText(const char* buffer) {
   return s.empty() ? "(no message)" : s;
 }
 
-bool SpecFromC(const stampede_env_spec& c, const std::string& name, EnvSpec* spec, std::string* error) {
+base::Status SpecFromC(const stampede_env_spec& c, const std::string& name, EnvSpec* spec) {
   spec->name = name;
   if (c.obs_rank < 1 || c.obs_rank > STAMPEDE_PLUGIN_MAX_RANK) {
-    *error = "observation rank " + std::to_string(c.obs_rank) + ", expected 1 to 3";
-    return false;
+    return base::InvalidArgument("observation rank " + std::to_string(c.obs_rank) + ", expected 1 to 3");
   }
   spec->obs_shape.assign(c.obs_shape, c.obs_shape + c.obs_rank);
   spec->obs_dtype = DType(c.obs_dtype);
   spec->action_kind = ActionKind(c.action_kind);
   spec->num_actions = c.num_actions;
   if (c.action_dims < 0 || c.action_dims > STAMPEDE_PLUGIN_MAX_ACTION_DIMS) {
-    *error = "action_dims " + std::to_string(c.action_dims) + ", expected 0 to 64";
-    return false;
+    return base::InvalidArgument("action_dims " + std::to_string(c.action_dims) + ", expected 0 to 64");
   }
   if (spec->action_kind == ActionKind::kMultiDiscrete) {
     spec->action_nvec.assign(c.action_nvec, c.action_nvec + c.action_dims);
@@ -78,8 +73,8 @@ bool SpecFromC(const stampede_env_spec& c, const std::string& name, EnvSpec* spe
   }
   spec->max_episode_steps = c.max_episode_steps;
   spec->frames_per_step = c.frames_per_step > 0 ? c.frames_per_step : 1;
-  *error = spec->Check();
-  return error->empty();
+  if (std::string bad = spec->Check(); !bad.empty()) return base::InvalidArgument(bad);
+  return base::OkStatus();
 }
 
 class PluginEnv : public Env {
@@ -120,10 +115,9 @@ class PluginEnv : public Env {
 };
 }  // namespace
 
-std::unique_ptr<Env> MakePluginEnv(const std::string& path, const std::string& name,
-                                   const EnvOptions& options, std::string* error) {
-  const stampede_plugin* plugin = LoadPlugin(path, error);
-  if (plugin == nullptr) return nullptr;
+base::StatusOr<std::unique_ptr<Env>> MakePluginEnv(const std::string& path, const std::string& name,
+                                                   const EnvOptions& options) {
+  ASSIGN_OR_RETURN(const stampede_plugin* plugin, LoadPlugin(path));
   const stampede_env_vtable* vt = nullptr;
   std::string names;
   for (int i = 0; i < plugin->num_envs; ++i) {
@@ -132,12 +126,10 @@ std::unique_ptr<Env> MakePluginEnv(const std::string& path, const std::string& n
     if (name == n) vt = &plugin->envs[i];
   }
   if (vt == nullptr) {
-    *error = "plug-in " + path + ": no env named \"" + name + "\" (it has: " + names + ")";
-    return nullptr;
+    return base::InvalidArgument("plug-in " + path + ": no env named \"" + name + "\" (it has: " + names + ")");
   }
   if (!vt->create || !vt->destroy || !vt->reset || !vt->step) {
-    *error = "plug-in " + path + " (env " + name + "): a NULL function in its vtable";
-    return nullptr;
+    return base::InvalidArgument("plug-in " + path + " (env " + name + "): a NULL function in its vtable");
   }
   std::vector<stampede_kwarg> kwargs;
   for (const auto& [k, v] : options.kwargs) kwargs.push_back({k.c_str(), v.c_str()});
@@ -145,14 +137,12 @@ std::unique_ptr<Env> MakePluginEnv(const std::string& path, const std::string& n
   char cerror[kErrorSize] = {0};
   void* env = vt->create(kwargs.data(), int32_t(kwargs.size()), &cspec, cerror, kErrorSize);
   if (env == nullptr) {
-    *error = "plug-in " + path + " (env " + name + "): create failed: " + ErrorText(cerror);
-    return nullptr;
+    return base::InvalidArgument("plug-in " + path + " (env " + name + "): create failed: " + ErrorText(cerror));
   }
   auto spec = std::make_shared<EnvSpec>();
-  if (!SpecFromC(cspec, name, spec.get(), error)) {
+  if (const base::Status st = SpecFromC(cspec, name, spec.get()); !st.ok()) {
     vt->destroy(env);
-    *error = "plug-in " + path + " (env " + name + "): bad spec: " + *error;
-    return nullptr;
+    return base::InvalidArgument("plug-in " + path + " (env " + name + "): bad spec: " + st.message());
   }
   if (options.max_episode_steps > 0) spec->max_episode_steps = options.max_episode_steps;
   return std::make_unique<PluginEnv>(std::move(spec), vt, env, path);

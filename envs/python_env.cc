@@ -139,25 +139,23 @@ std::string PythonError(const py::error_already_set& e) { return e.what(); }
 // Starts the interpreter once per process (never in the coordinator: it resolves specs
 // in a child), adds the venv's site-packages and releases the GIL; every call below
 // takes it again, so any one thread at a time may use the bridge.
-bool EnsurePython(const std::string& venv, std::string* error) {
+base::Status EnsurePython(const std::string& venv) {
   base::MutexLock lock(g_init_mu);
-  if (g_initialised) return true;
+  if (g_initialised) return base::OkStatus();
   if (!std::filesystem::is_directory(venv)) {
-    *error = "no Python venv at " + venv +
-             " (run tools/setup.sh to make it, or set env.python_venv or STAMPEDE_VENV)";
-    return false;
+    return base::InvalidArgument("no Python venv at " + venv +
+                                 " (run tools/setup.sh to make it, or set env.python_venv or STAMPEDE_VENV)");
   }
   py::initialize_interpreter(false);  // no Python signal handlers: Stampede owns SIGINT
-  bool ok = true;
+  base::Status status;
   try {
     py::module_ sys = py::module_::import("sys");
     const std::string version = std::to_string(sys.attr("version_info").attr("major").cast<int>()) +
                                 "." + std::to_string(sys.attr("version_info").attr("minor").cast<int>());
     const std::string site = venv + "/lib/python" + version + "/site-packages";
     if (!std::filesystem::is_directory(site)) {
-      *error = "the venv at " + venv + " has no " + site + " (it must be made by python" +
-               version + ", the Python Stampede embeds: run tools/setup.sh)";
-      ok = false;
+      status = base::InvalidArgument("the venv at " + venv + " has no " + site + " (it must be made by python" +
+                                     version + ", the Python Stampede embeds: run tools/setup.sh)");
     } else {
       py::module_::import("site").attr("addsitedir")(site);
       // The project's own Python envs (envs/python: the learnability probes), importable
@@ -165,12 +163,11 @@ bool EnsurePython(const std::string& venv, std::string* error) {
       sys.attr("path").attr("append")(std::string(STAMPEDE_SOURCE_DIR) + "/envs/python");
     }
   } catch (const py::error_already_set& e) {
-    *error = "Python start-up failed: " + PythonError(e);
-    ok = false;
+    status = base::Internal("Python start-up failed: " + PythonError(e));
   }
   PyEval_SaveThread();
   g_initialised = true;
-  return ok;
+  return status;
 }
 
 template <class T>
@@ -255,8 +252,7 @@ std::string PythonVenvPath(const std::string& configured) {
 }
 
 std::string PythonUnavailableReason(const std::string& venv) {
-  std::string error;
-  if (!EnsurePython(venv, &error)) return error;
+  if (const base::Status st = EnsurePython(venv); !st.ok()) return st.message();
   py::gil_scoped_acquire gil;
   try {
     py::module_::import("gymnasium");
@@ -266,14 +262,10 @@ std::string PythonUnavailableReason(const std::string& venv) {
   return "";
 }
 
-std::unique_ptr<VectorEnv> MakePythonVectorEnv(const EnvSource& source, int num_envs,
-                                               std::string* error) {
+base::StatusOr<std::unique_ptr<VectorEnv>> MakePythonVectorEnv(const EnvSource& source, int num_envs) {
   const std::string what = source.Describe();
   const std::string venv = PythonVenvPath(source.python_venv);
-  if (!EnsurePython(venv, error)) {
-    *error = what + ": " + *error;
-    return nullptr;
-  }
+  if (const base::Status st = EnsurePython(venv); !st.ok()) return base::InvalidArgument(what + ": " + st.message());
   py::gil_scoped_acquire gil;
   try {
     py::dict scope;
@@ -298,17 +290,12 @@ std::unique_ptr<VectorEnv> MakePythonVectorEnv(const EnvSource& source, int num_
     spec.action_high = action[4].cast<std::vector<float>>();
     spec.frames_per_step = bridge.attr("frames_per_step").cast<int>();
     spec.max_episode_steps = bridge.attr("max_episode_steps").cast<int>();
-    if (std::string bad = spec.Check(); !bad.empty()) {
-      *error = what + ": bad spec: " + bad;
-      return nullptr;
-    }
+    if (std::string bad = spec.Check(); !bad.empty()) return base::InvalidArgument(what + ": bad spec: " + bad);
     return std::make_unique<PythonVectorEnv>(std::move(spec), num_envs, std::move(bridge), what);
   } catch (const py::error_already_set& e) {
-    *error = what + ": " + PythonError(e);
-    return nullptr;
+    return base::InvalidArgument(what + ": " + PythonError(e));
   } catch (const std::exception& e) {
-    *error = what + ": " + e.what();
-    return nullptr;
+    return base::InvalidArgument(what + ": " + e.what());
   }
 }
 

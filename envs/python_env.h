@@ -7,14 +7,16 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
+
 namespace stampede::envs {
 
 struct EnvSource;
 class VectorEnv;
 
-// nullptr and `error` (with the Python traceback where there is one) on failure.
-std::unique_ptr<VectorEnv> MakePythonVectorEnv(const EnvSource& source, int num_envs,
-                                               std::string* error);
+// An error (with the Python traceback where there is one) on failure: Python's exceptions
+// are converted here.
+base::StatusOr<std::unique_ptr<VectorEnv>> MakePythonVectorEnv(const EnvSource& source, int num_envs);
 
 // The venv Python uses: `configured` if set, else $STAMPEDE_VENV, else <source tree>/.venv.
 std::string PythonVenvPath(const std::string& configured);

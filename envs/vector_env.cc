@@ -73,35 +73,31 @@ std::string EnvSource::Describe() const {
   return name;
 }
 
-std::unique_ptr<VectorEnv> MakeVectorEnv(const EnvSource& source, int num_envs, std::string* error) {
+base::StatusOr<std::unique_ptr<VectorEnv>> MakeVectorEnv(const EnvSource& source, int num_envs) {
   if (num_envs <= 0) {
-    *error = source.Describe() + ": " + std::to_string(num_envs) + " envs requested";
-    return nullptr;
+    return base::InvalidArgument(source.Describe() + ": " + std::to_string(num_envs) + " envs requested");
   }
-  if (source.kind == EnvSource::Kind::kGym) return MakePythonVectorEnv(source, num_envs, error);
+  if (source.kind == EnvSource::Kind::kGym) return MakePythonVectorEnv(source, num_envs);
   std::vector<std::unique_ptr<Env>> envs;
   for (int e = 0; e < num_envs; ++e) {
-    std::unique_ptr<Env> env = source.kind == EnvSource::Kind::kPlugin
-                                   ? MakePluginEnv(source.plugin_path, source.name, source.options, error)
-                                   : MakeEnv(source.name, source.options, error);
-    if (!env) {
-      if (source.kind == EnvSource::Kind::kBuiltin) *error = source.Describe() + ": " + *error;
-      return nullptr;
+    base::StatusOr<std::unique_ptr<Env>> env = source.kind == EnvSource::Kind::kPlugin
+                                                   ? MakePluginEnv(source.plugin_path, source.name, source.options)
+                                                   : MakeEnv(source.name, source.options);
+    if (!env.ok()) {
+      if (source.kind != EnvSource::Kind::kBuiltin) return env.status();
+      return base::InvalidArgument(source.Describe() + ": " + env.status().message());
     }
-    envs.push_back(std::move(env));
+    envs.push_back(std::move(env).value());
   }
   if (std::string bad = envs[0]->spec().Check(); !bad.empty()) {
-    *error = source.Describe() + ": bad spec: " + bad;
-    return nullptr;
+    return base::InvalidArgument(source.Describe() + ": bad spec: " + bad);
   }
   return std::make_unique<LoopVectorEnv>(std::move(envs));
 }
 
-bool ResolveSpec(const EnvSource& source, EnvSpec* spec, std::string* error) {
-  auto env = MakeVectorEnv(source, 1, error);
-  if (!env) return false;
-  *spec = env->spec();
-  return true;
+base::StatusOr<EnvSpec> ResolveSpec(const EnvSource& source) {
+  ASSIGN_OR_RETURN(auto env, MakeVectorEnv(source, 1));
+  return env->spec();
 }
 
 }  // namespace stampede::envs

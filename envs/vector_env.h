@@ -85,12 +85,12 @@ struct EnvSource {
   std::string Describe() const;
 };
 
-// Builds E envs from `source` as one VectorEnv; nullptr with `error` naming the env and
-// the problem (unknown name, missing file or symbol, ABI mismatch, bad kwargs, Python
-// exception with its traceback, unsupported space).
-std::unique_ptr<VectorEnv> MakeVectorEnv(const EnvSource& source, int num_envs, std::string* error);
+// Builds E envs from `source` as one VectorEnv, or an error naming the env and the problem
+// (unknown name, missing file or symbol, ABI mismatch, bad kwargs, Python exception with
+// its traceback, unsupported space).
+base::StatusOr<std::unique_ptr<VectorEnv>> MakeVectorEnv(const EnvSource& source, int num_envs);
 
 // Only the spec (one env, created and dropped): what `stampede spec` prints.
-bool ResolveSpec(const EnvSource& source, EnvSpec* spec, std::string* error);
+base::StatusOr<EnvSpec> ResolveSpec(const EnvSource& source);
 
 }  // namespace stampede::envs

@@ -12,6 +12,7 @@
 
 #include "envs/vector_env.h"
 #include "tests/skip.h"
+#include "tests/status_testing.h"
 
 using namespace stampede::envs;
 
@@ -28,7 +29,7 @@ struct Trace {
 
 std::unique_ptr<VectorEnv> Make(const EnvSource& source) {
   std::string error;
-  auto env = MakeVectorEnv(source, kEnvs, &error);
+  auto env = ::stampede::testing::ValueOr(MakeVectorEnv(source, kEnvs), &error);
   INFO(source.Describe() << ": " << error);
   REQUIRE(env);
   return env;

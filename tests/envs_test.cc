@@ -8,6 +8,7 @@
 #include "envs/cartpole.h"
 #include "envs/catch.h"
 #include "envs/env.h"
+#include "tests/status_testing.h"
 
 // Not `using namespace`: envs::Catch would make Catch2's own `Catch::` ambiguous.
 using stampede::envs::AsBytes;
@@ -33,7 +34,7 @@ std::unique_ptr<Env> Make(const std::string& name, int max_steps = 0) {
   std::string error;
   EnvOptions o;
   o.max_episode_steps = max_steps;
-  auto env = MakeEnv(name, o, &error);
+  auto env = ::stampede::testing::ValueOr(MakeEnv(name, o), &error);
   INFO(error);
   REQUIRE(env);
   return env;
@@ -80,7 +81,7 @@ TEST_CASE("envs: CartPole-v1 and Catch are registered", "[envs]") {
   CHECK(std::count(names.begin(), names.end(), "CartPole-v1") == 1);
   CHECK(std::count(names.begin(), names.end(), "Catch") == 1);
   std::string error;
-  CHECK(MakeEnv("NoSuchEnv", {}, &error) == nullptr);
+  CHECK(::stampede::testing::ValueOr(MakeEnv("NoSuchEnv", {}), &error) == nullptr);
   CHECK_THAT(error, Catch::Contains("NoSuchEnv") && Catch::Contains("CartPole-v1"));
 }
 

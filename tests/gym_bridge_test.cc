@@ -75,7 +75,7 @@ TEST_CASE("gym bridge: a vector env matches gymnasium stepped directly from the 
   source.gym_id = "CartPole-v1";
   source.gym_vectorization = "sync";
   std::string error;
-  auto env = MakeVectorEnv(source, kEnvs, &error);
+  auto env = ::stampede::testing::ValueOr(MakeVectorEnv(source, kEnvs), &error);
   INFO(error);
   REQUIRE(env);
   REQUIRE(env->spec().obs_shape == std::vector<int>{4});
@@ -112,14 +112,14 @@ TEST_CASE("gym bridge: Python errors and unsupported spaces are clear errors", "
   EnvSource source;
   source.kind = EnvSource::Kind::kGym;
   source.gym_id = "NoSuchEnv-v9";
-  CHECK_FALSE(MakeVectorEnv(source, 2, &error));
+  CHECK_FALSE(::stampede::testing::ValueOr(MakeVectorEnv(source, 2), &error));
   CHECK_THAT(error, Catch::Contains("gymnasium NoSuchEnv-v9") && Catch::Contains("NoSuchEnv"));
   source.gym_id = "FrozenLake-v1";  // Discrete observations
-  CHECK_FALSE(MakeVectorEnv(source, 2, &error));
+  CHECK_FALSE(::stampede::testing::ValueOr(MakeVectorEnv(source, 2), &error));
   CHECK_THAT(error, Catch::Contains("observation space Discrete(16) is not supported"));
   source.gym_id = "CartPole-v1";
   source.options.kwargs["gravity_typo"] = "3";
-  CHECK_FALSE(MakeVectorEnv(source, 2, &error));
+  CHECK_FALSE(::stampede::testing::ValueOr(MakeVectorEnv(source, 2), &error));
   CHECK_THAT(error, Catch::Contains("gravity_typo"));
 }
 
@@ -131,7 +131,7 @@ TEST_CASE("gym bridge: box actions reach gymnasium's Pendulum, whose dynamics th
   source.gym_vectorization = "sync";
   EnvSpec spec;
   std::string error;
-  REQUIRE(ResolveSpec(source, &spec, &error));
+  REQUIRE(::stampede::testing::Assign(ResolveSpec(source), &spec, &error));
   CHECK(spec.action_kind == ActionKind::kBox);
   CHECK(spec.action_low == std::vector<float>{-2.f});
   CHECK(spec.action_high == std::vector<float>{2.f});
@@ -144,7 +144,7 @@ TEST_CASE("gym bridge: box actions reach gymnasium's Pendulum, whose dynamics th
   // Step gymnasium with torques through the bridge; from each observation rebuild the
   // state in the built-in Pendulum, step it with the same torque and compare.
   const int E = 2;
-  auto env = MakeVectorEnv(source, E, &error);
+  auto env = ::stampede::testing::ValueOr(MakeVectorEnv(source, E), &error);
   INFO(error);
   REQUIRE(env);
   std::vector<float> obs(E * 3), next(E * 3), final_obs(E * 3), rewards(E), actions(E);

@@ -20,6 +20,7 @@
 
 #include "envs/minatar.h"
 #include "tests/skip.h"
+#include "tests/status_testing.h"
 
 using namespace stampede::envs;
 
@@ -168,7 +169,7 @@ TEST_CASE("minatar: random-policy returns match the package within their standar
   for (double x; out >> x;) theirs.push_back(x);
   REQUIRE(int(theirs.size()) == episodes);
   std::string error;
-  auto env = MakeEnv(EnvName(game), EnvOptions{}, &error);
+  auto env = ::stampede::testing::ValueOr(MakeEnv(EnvName(game), EnvOptions{}), &error);
   REQUIRE(env);
   std::vector<std::byte> obs(size_t(env->spec().obs_bytes()));
   std::mt19937 rng(5);
@@ -203,30 +204,30 @@ TEST_CASE("minatar: kwargs choose the action set, sticky actions and ramping", "
   std::string error;
   for (const char* name : {"MinAtar-Breakout", "MinAtar-Asterix", "MinAtar-Freeway", "MinAtar-Seaquest",
                            "MinAtar-SpaceInvaders"}) {
-    auto env = MakeEnv(name, EnvOptions{}, &error);
+    auto env = ::stampede::testing::ValueOr(MakeEnv(name, EnvOptions{}), &error);
     INFO(name << ": " << error);
     REQUIRE(env);
     CHECK(env->spec().obs_dtype == DType::kUint8);
     CHECK(env->spec().obs_shape[1] == 10);
     EnvOptions all;
     all.kwargs["minimal_action_set"] = "0";
-    auto full = MakeEnv(name, all, &error);
+    auto full = ::stampede::testing::ValueOr(MakeEnv(name, all), &error);
     REQUIRE(full);
     CHECK(full->spec().num_actions == 6);
   }
   // The package's minimal action sets: 3, 5, 3, 6 and 4 actions.
-  CHECK(MakeEnv("MinAtar-Breakout", {}, &error)->spec().num_actions == 3);
-  CHECK(MakeEnv("MinAtar-Asterix", {}, &error)->spec().num_actions == 5);
-  CHECK(MakeEnv("MinAtar-Freeway", {}, &error)->spec().num_actions == 3);
-  CHECK(MakeEnv("MinAtar-Seaquest", {}, &error)->spec().num_actions == 6);
-  CHECK(MakeEnv("MinAtar-SpaceInvaders", {}, &error)->spec().num_actions == 4);
+  CHECK(::stampede::testing::ValueOr(MakeEnv("MinAtar-Breakout", {}), &error)->spec().num_actions == 3);
+  CHECK(::stampede::testing::ValueOr(MakeEnv("MinAtar-Asterix", {}), &error)->spec().num_actions == 5);
+  CHECK(::stampede::testing::ValueOr(MakeEnv("MinAtar-Freeway", {}), &error)->spec().num_actions == 3);
+  CHECK(::stampede::testing::ValueOr(MakeEnv("MinAtar-Seaquest", {}), &error)->spec().num_actions == 6);
+  CHECK(::stampede::testing::ValueOr(MakeEnv("MinAtar-SpaceInvaders", {}), &error)->spec().num_actions == 4);
   EnvOptions bad;
   bad.kwargs["sticky_action_prob"] = "1.5";
-  CHECK(!MakeEnv("MinAtar-Breakout", bad, &error));
+  CHECK(!::stampede::testing::ValueOr(MakeEnv("MinAtar-Breakout", bad), &error));
   CHECK(error.find("sticky_action_prob") != std::string::npos);
   EnvOptions typo;
   typo.kwargs["ramping"] = "0";
-  CHECK(!MakeEnv("MinAtar-Asterix", typo, &error));
+  CHECK(!::stampede::testing::ValueOr(MakeEnv("MinAtar-Asterix", typo), &error));
   CHECK(error.find("ramping") != std::string::npos);
 }
 

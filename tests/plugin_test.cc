@@ -5,6 +5,7 @@
 
 #include "envs/plugin_env.h"
 #include "envs/vector_env.h"
+#include "tests/status_testing.h"
 
 using namespace stampede::envs;
 
@@ -22,7 +23,7 @@ TEST_CASE("plugin: the example corridor loads, takes its kwargs and steps", "[pl
   EnvOptions o;
   o.kwargs = {{"length", "5"}, {"step_cost", "0.5"}};
   std::string error;
-  auto env = MakePluginEnv(STAMPEDE_EXAMPLE_PLUGIN, "Corridor", o, &error);
+  auto env = ::stampede::testing::ValueOr(MakePluginEnv(STAMPEDE_EXAMPLE_PLUGIN, "Corridor", o), &error);
   INFO(error);
   REQUIRE(env);
   CHECK(env->spec().obs_shape == std::vector<int>{5});
@@ -49,34 +50,34 @@ TEST_CASE("plugin: the example corridor loads, takes its kwargs and steps", "[pl
 TEST_CASE("plugin: bad libraries and arguments are refused with a clear message", "[plugin]") {
   std::string error;
   SECTION("another ABI version") {
-    CHECK_FALSE(MakeVectorEnv(Plugin(STAMPEDE_OTHER_ABI_PLUGIN), 2, &error));
+    CHECK_FALSE(::stampede::testing::ValueOr(MakeVectorEnv(Plugin(STAMPEDE_OTHER_ABI_PLUGIN), 2), &error));
     CHECK_THAT(error, Catch::Contains("built against plug-in ABI version 42") &&
                           Catch::Contains("loads version 1") &&
                           Catch::Contains(STAMPEDE_OTHER_ABI_PLUGIN));
   }
   SECTION("no entry point") {
-    CHECK_FALSE(MakeVectorEnv(Plugin(STAMPEDE_NO_ENTRY_PLUGIN), 2, &error));
+    CHECK_FALSE(::stampede::testing::ValueOr(MakeVectorEnv(Plugin(STAMPEDE_NO_ENTRY_PLUGIN), 2), &error));
     CHECK_THAT(error, Catch::Contains("no symbol stampede_plugin_entry"));
   }
   SECTION("a missing file") {
-    CHECK_FALSE(MakeVectorEnv(Plugin("/nonexistent/libnothing.so"), 2, &error));
+    CHECK_FALSE(::stampede::testing::ValueOr(MakeVectorEnv(Plugin("/nonexistent/libnothing.so"), 2), &error));
     CHECK_THAT(error, Catch::Contains("/nonexistent/libnothing.so: cannot load"));
   }
   SECTION("an env the library does not have") {
-    CHECK_FALSE(MakeVectorEnv(Plugin(STAMPEDE_EXAMPLE_PLUGIN, "Hallway"), 2, &error));
+    CHECK_FALSE(::stampede::testing::ValueOr(MakeVectorEnv(Plugin(STAMPEDE_EXAMPLE_PLUGIN, "Hallway"), 2), &error));
     CHECK_THAT(error, Catch::Contains("no env named \"Hallway\" (it has: Corridor)"));
   }
   SECTION("an unknown kwarg, refused by the env itself") {
     auto source = Plugin(STAMPEDE_EXAMPLE_PLUGIN);
     source.options.kwargs["lenght"] = "5";
-    CHECK_FALSE(MakeVectorEnv(source, 2, &error));
+    CHECK_FALSE(::stampede::testing::ValueOr(MakeVectorEnv(source, 2), &error));
     CHECK_THAT(error, Catch::Contains("create failed: unknown kwarg \"lenght\""));
   }
   SECTION("a built-in env refuses kwargs it does not know") {
     EnvSource source;
     source.name = "CartPole-v1";
     source.options.kwargs["gravity"] = "3";
-    CHECK_FALSE(MakeVectorEnv(source, 2, &error));
+    CHECK_FALSE(::stampede::testing::ValueOr(MakeVectorEnv(source, 2), &error));
     CHECK_THAT(error, Catch::Contains("CartPole-v1: unknown kwarg \"gravity\""));
   }
 }

@@ -51,7 +51,7 @@ void ResolveTasks(config::Config* cfg) {
   for (int t = 0; t < cfg->tasks_size(); ++t) {
     envs::EnvSpec spec;
     std::string error;
-    REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(*cfg, t)), &spec, &error));
+    REQUIRE(::stampede::testing::Assign(envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(*cfg, t))), &spec, &error));
     *cfg->mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
   }
   config::EnvSpec joint;
@@ -135,7 +135,7 @@ tasks { name: "vector" env { name: "Catch" } })");
   for (int t = 0; t < 2; ++t) {
     envs::EnvSpec spec;
     std::string error;
-    REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(cfg, t)), &spec, &error));
+    REQUIRE(::stampede::testing::Assign(envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(cfg, t))), &spec, &error));
     *cfg.mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
   }
   config::EnvSpec joint;
@@ -148,7 +148,7 @@ tasks { name: "pendulum" env { name: "Pendulum-v1" } })");
   for (int t = 0; t < 2; ++t) {
     envs::EnvSpec spec;
     std::string error;
-    REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(box, t)), &spec, &error));
+    REQUIRE(::stampede::testing::Assign(envs::ResolveSpec(actors::EnvSourceFromConfig(config::TaskEnvConfig(box, t))), &spec, &error));
     *box.mutable_tasks(t)->mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
   }
   const base::Status boxed = config::JoinTaskSpecs(box, &joint);
@@ -511,7 +511,7 @@ TEST_CASE("export: the .npz holds every tensor by name, as numpy reads it", "[su
   auto cfg = Parse("env { name: \"Catch\" } net { hidden_sizes: [8] }");
   envs::EnvSpec spec;
   std::string error;
-  REQUIRE(envs::ResolveSpec(actors::EnvSourceFromConfig(cfg), &spec, &error));
+  REQUIRE(::stampede::testing::Assign(envs::ResolveSpec(actors::EnvSourceFromConfig(cfg)), &spec, &error));
   *cfg.mutable_env()->mutable_resolved_spec() = actors::SpecToProto(spec);
   std::ofstream(dir + "/config.textproto") << ConfigToText(cfg);
   wire::StepShape shape;
@@ -574,7 +574,7 @@ TEST_CASE("tasks: MinAtar's [H, W, C] observations reach the network as [C, H, W
   auto cfg = Parse(R"(env { gym_id: "MinAtar/Breakout-v1" gym_module: "minatar.gym:register_envs"
                           gym_channels_first: true gym_vectorization: "sync" })");
   std::string error;
-  auto env = envs::MakeVectorEnv(actors::EnvSourceFromConfig(cfg), 2, &error);
+  auto env = ::stampede::testing::ValueOr(envs::MakeVectorEnv(actors::EnvSourceFromConfig(cfg), 2), &error);
   INFO(error);
   REQUIRE(env);
   CHECK(env->spec().obs_shape == std::vector<int>{4, 10, 10});

@@ -197,11 +197,12 @@ int RunBench(const BenchOptions& opt) {
   // 1. Raw env steps/s: the actor's E envs as one vector env, random actions, one core.
   {
     const int E = cfg.actors().envs_per_actor();
-    auto env = envs::MakeVectorEnv(actors::EnvSourceFromConfig(cfg), E, &error);
-    if (!env) {
-      base::LogError("%s\n", error.c_str());
+    auto made = envs::MakeVectorEnv(actors::EnvSourceFromConfig(cfg), E);
+    if (!made.ok()) {
+      base::LogError("%s\n", made.status().message().c_str());
       return 2;
     }
+    std::unique_ptr<envs::VectorEnv> env = std::move(made).value();
     const size_t obs_bytes = size_t(env->spec().obs_bytes());
     std::vector<std::byte> obs(E * obs_bytes), final_obs(E * obs_bytes);
     std::vector<float> rewards(E);
