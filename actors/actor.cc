@@ -116,8 +116,12 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   m->D = m->shape.obs_size();
   m->A = m->shape.num_actions;
   m->frames_per_step = spec.frames_per_step;
-  m->net = net::MakeModelFromConfig(with_spec, m->shape, error);
-  if (!m->net) return nullptr;
+  auto model = net::MakeModelFromConfig(with_spec, m->shape);
+  if (!model.ok()) {
+    *error = model.status().message();
+    return nullptr;
+  }
+  m->net = std::move(model).value();
   m->S = m->net->state_size();
   if (m->shape.box()) m->clipped.resize(size_t(m->E) * m->shape.action_size());
   m->state.assign(size_t(m->E) * m->S, 0.f);

@@ -42,8 +42,12 @@ std::unique_ptr<EpisodeRunner> EpisodeRunner::Create(const config::Config& cfg, 
     *error = st.message();
     return nullptr;
   }
-  m->net = net::MakeModelFromConfig(cfg, m->shape, error);
-  if (!m->net) return nullptr;
+  auto model = net::MakeModelFromConfig(cfg, m->shape);
+  if (!model.ok()) {
+    *error = model.status().message();
+    return nullptr;
+  }
+  m->net = std::move(model).value();
   const config::Config task_cfg = config::TaskEnvConfig(cfg, task);
   auto env = envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E);
   if (!env.ok()) {

@@ -443,8 +443,12 @@ bool InferenceServer::Start(std::string* error) {
     *error = st.message();
     return false;
   }
-  m.net = net::MakeModelFromConfig(cfg, m.shape, error);
-  if (!m.net) return false;
+  auto model = net::MakeModelFromConfig(cfg, m.shape);
+  if (!model.ok()) {
+    *error = model.status().message();
+    return false;
+  }
+  m.net = std::move(model).value();
   m.E = cfg.actors().envs_per_actor();
   m.A = m.net->policy_size();
   m.S = m.net->state_size();

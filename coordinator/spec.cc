@@ -29,7 +29,6 @@
 namespace stampede::coordinator {
 
 int RunSpecCommand(const config::Config& cfg) {
-  std::string error;
   int code = 0;
   if (cfg.tasks_size() == 0) {
     const base::StatusOr<envs::EnvSpec> spec = envs::ResolveSpec(actors::EnvSourceFromConfig(cfg));
@@ -173,7 +172,12 @@ int RunPsPlanCommand(config::Config cfg) {
     return 2;
   }
   if (const base::Status st = ResolvedStepShape(cfg, &shape); !st.ok()) error = st.message();
-  if (!error.empty() || !(model = net::MakeModelFromConfig(cfg, shape, &error))) {
+  if (error.empty()) {
+    auto made = net::MakeModelFromConfig(cfg, shape);
+    if (made.ok()) model = std::move(made).value();
+    else error = made.status().message();
+  }
+  if (!error.empty()) {
     base::LogError("stampede ps-plan: %s\n", error.c_str());
     return 2;
   }
@@ -182,13 +186,11 @@ int RunPsPlanCommand(config::Config cfg) {
 }
 
 base::Status CheckNetworkAndDevice(const config::Config& cfg) {
-  std::string error;  // what a helper below says
   wire::StepShape shape;
   RETURN_IF_ERROR(ResolvedStepShape(cfg, &shape));
-  auto model = net::MakeModelFromConfig(cfg, shape, &error);
-  if (!model) {
-    return base::InvalidArgument("net: " + error);
-  }
+  auto made = net::MakeModelFromConfig(cfg, shape);
+  if (!made.ok()) return base::InvalidArgument("net: " + made.status().message());
+  const std::unique_ptr<net::Model<float>> model = std::move(made).value();
   // Every message the run implies must fit what its receivers accept.
   const int64_t params = model->layout().total_size();
   constexpr int64_t kMaxParams = int64_t(1) << 29;  // 2 GiB of float32
@@ -299,7 +301,7 @@ base::Status ReshardForResume(const config::Config& cfg, std::string* said) {
     if (p.file == "config.textproto") listed = &p;
   }
   if (listed == nullptr) return base::InvalidArgument(found.dir + ": its MANIFEST lists no config.textproto");
-  std::string text, error;
+  std::string text;
   if (base::Status st = ps::ReadPart(found.dir, *listed, &text); !st.ok()) return st;
   config::Config old;
   RETURN_IF_ERROR(ParseConfigText(text, found.dir + "/config.textproto", &old));
@@ -310,8 +312,9 @@ base::Status ReshardForResume(const config::Config& cfg, std::string* said) {
   }
   wire::StepShape shape;
   RETURN_IF_ERROR(ResolvedStepShape(cfg, &shape));
-  auto model = net::MakeModelFromConfig(cfg, shape, &error);
-  if (!model) return base::InvalidArgument("net: " + error);
+  auto made = net::MakeModelFromConfig(cfg, shape);
+  if (!made.ok()) return base::InvalidArgument("net: " + made.status().message());
+  const std::unique_ptr<net::Model<float>> model = std::move(made).value();
   const ps::Placement from = ps::PlaceTensors(model->layout(), o.num_shards(), o.placement(), o.partition_bytes() / 4);
   const ps::Placement to = ps::PlacementFromConfig(cfg, model->layout());
   std::string written;

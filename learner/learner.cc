@@ -67,9 +67,7 @@ base::Status Learner::Start() {
   // Shapes come from the resolved spec in the config; the learner loads no env code.
   RETURN_IF_ERROR(ResolvedStepShape(m.cfg, &m.shape));
   m.frames_per_step = std::max(1, m.cfg.env().resolved_spec().frames_per_step());
-  std::string why;
-  m.net = net::MakeModelFromConfig(m.cfg, m.shape, &why);
-  if (!m.net) return base::InvalidArgument(why);
+  ASSIGN_OR_RETURN(m.net, net::MakeModelFromConfig(m.cfg, m.shape));
   m.layout = m.net->layout();
   m.num_tasks = config::NumTasks(m.cfg);
   {

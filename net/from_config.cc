@@ -80,29 +80,27 @@ ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& 
   return spec;
 }
 
-std::unique_ptr<Model<float>> MakeModelFromConfig(const config::Config& cfg,
-                                                  const wire::StepShape& shape,
-                                                  std::string* error) {
+base::StatusOr<std::unique_ptr<Model<float>>> MakeModelFromConfig(const config::Config& cfg,
+                                                                  const wire::StepShape& shape) {
   const std::string& backend = cfg.net().conv_backend();
   if (backend == "eigen") {
     SetConvBackend(ConvBackend::kEigen);
   } else if (backend == "onednn" || backend == "auto") {
     if (!SetConvBackend(ConvBackend::kOneDnn) && backend == "onednn") {
-      *error = "net.conv_backend: \"onednn\", but this build has no oneDNN (apt-get install libdnnl-dev, then "
-               "reconfigure), or set \"auto\" or \"eigen\"";
-      return nullptr;
+      return base::InvalidArgument(
+          "net.conv_backend: \"onednn\", but this build has no oneDNN (apt-get install libdnnl-dev, then "
+          "reconfigure), or set \"auto\" or \"eigen\"");
     }
   } else {
-    *error = "net.conv_backend: \"" + backend + "\" is not known, expected \"auto\", \"onednn\" or \"eigen\"";
-    return nullptr;
+    return base::InvalidArgument("net.conv_backend: \"" + backend +
+                                 "\" is not known, expected \"auto\", \"onednn\" or \"eigen\"");
   }
   // The process's GEMM (net/gemm.h): a backend asked for by name must be installed here.
-  if (!SetGemmBackend(cfg.net().gemm_backend(), error)) return nullptr;
+  RETURN_IF_ERROR(SetGemmBackend(cfg.net().gemm_backend()));
   try {
     return MakeCpuModel<float>(ModelSpecFromConfig(cfg, shape));
   } catch (const std::invalid_argument& e) {
-    *error = e.what();
-    return nullptr;
+    return base::InvalidArgument(e.what());
   }
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "net/kernel_math.h"
 #include "net/model.h"
 
@@ -19,11 +20,10 @@ namespace stampede::net {
 
 ModelSpec ModelSpecFromConfig(const config::Config& cfg, const wire::StepShape& shape);
 
-// The CPU model for a config; nullptr with `error` naming the problem (an image torso
-// on a vector observation, an image too small for the torso).
-std::unique_ptr<Model<float>> MakeModelFromConfig(const config::Config& cfg,
-                                                  const wire::StepShape& shape,
-                                                  std::string* error);
+// The CPU model for a config, or an error naming the problem (an image torso on a vector
+// observation, an image too small for the torso, a conv or GEMM backend this build lacks).
+base::StatusOr<std::unique_ptr<Model<float>>> MakeModelFromConfig(const config::Config& cfg,
+                                                                  const wire::StepShape& shape);
 
 // learner.optimizer's kind and constants, for every place the optimizer runs (the CPU
 // learner, the CUDA trainer, the PS shards in sync and async mode).

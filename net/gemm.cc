@@ -236,28 +236,27 @@ std::vector<std::string> AvailableGemmBackends(std::vector<std::string>* unavail
   return out;
 }
 
-bool SetGemmBackend(const std::string& name, std::string* why) {
+base::Status SetGemmBackend(const std::string& name) {
   State& st = TheState();
   if (name == "auto" || name.empty()) {
     base::MutexLock lock(st.mu);
     st.backend = "auto";
     st.fixed = nullptr;
-    return true;
+    return base::OkStatus();
   }
   const auto& names = GemmBackendNames();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
-    *why = "net.gemm_backend \"" + name + "\" is not known, expected \"auto\", \"eigen\", \"openblas\", \"blis\" or \"onednn\"";
-    return false;
+    return base::InvalidArgument("net.gemm_backend \"" + name +
+                                 "\" is not known, expected \"auto\", \"eigen\", \"openblas\", \"blis\" or \"onednn\"");
   }
   GemmFn fn = Find(name);
   if (!fn) {
-    *why = "net.gemm_backend \"" + name + "\" is not available here: " + Unavailable(name);
-    return false;
+    return base::InvalidArgument("net.gemm_backend \"" + name + "\" is not available here: " + Unavailable(name));
   }
   base::MutexLock lock(st.mu);
   st.backend = name;
   st.fixed = fn;
-  return true;
+  return base::OkStatus();
 }
 
 std::string GemmBackend() {

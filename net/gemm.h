@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace stampede::net {
 
 // The backends' names, in the order "auto" tries them: "eigen", "openblas", "blis",
@@ -21,9 +23,9 @@ namespace stampede::net {
 const std::vector<std::string>& GemmBackendNames();
 // Those this process can use ("eigen" always), and for the others why not.
 std::vector<std::string> AvailableGemmBackends(std::vector<std::string>* unavailable = nullptr);
-// The process's choice: "auto" or one of GemmBackendNames(). False with `why` if the name
-// is unknown or the backend is not available here; the choice then stays as it was.
-[[nodiscard]] bool SetGemmBackend(const std::string& name, std::string* why);
+// The process's choice: "auto" or one of GemmBackendNames(). An error if the name is
+// unknown or the backend is not available here; the choice then stays as it was.
+[[nodiscard]] base::Status SetGemmBackend(const std::string& name);
 std::string GemmBackend();
 
 // C[M x N] = op(A) op(B), or C += op(A) op(B) where `accumulate`; row-major with leading

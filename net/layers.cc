@@ -147,8 +147,9 @@ class Conv : public Layer<S> {
     b_ = layout->Add(name + "/b", {out_channels});
     if constexpr (std::is_same_v<S, float>) {
       if (GetConvBackend() == ConvBackend::kOneDnn) {
-        std::string why;
-        onednn_ = OneDnnConv::Create({in.c, in.h, in.w, out_.c, out_.h, out_.w, k, stride, pad}, &why);
+        // Where oneDNN has no real kernel for this shape the Eigen path runs it.
+        auto conv = OneDnnConv::Create({in.c, in.h, in.w, out_.c, out_.h, out_.w, k, stride, pad});
+        if (conv.ok()) onednn_ = std::move(conv).value();
       }
     }
     const int64_t pix = int64_t(out_.h) * out_.w;

@@ -32,13 +32,12 @@ ImageShape ImageOf(const std::vector<int>& shape) {
   return ImageShape{};
 }
 
-// The torso's layers, registering their parameters in list order; `error` set (and an
-// empty list) when a layer does not fit its input.
+// The torso's layers, registering their parameters in list order; an error when a layer
+// does not fit its input.
 template <class S>
-std::vector<std::unique_ptr<Layer<S>>> BuildTorso(const Torso& torso, const ModelSpec& spec, ParamLayout* layout,
-                                                  std::string* error) {
-  std::vector<LayerIo> io;
-  if (!TorsoShapes(torso, spec.obs_shape, &io, error)) return {};
+base::StatusOr<std::vector<std::unique_ptr<Layer<S>>>> BuildTorso(const Torso& torso, const ModelSpec& spec,
+                                                                  ParamLayout* layout) {
+  ASSIGN_OR_RETURN(const std::vector<LayerIo> io, TorsoShapes(torso, spec.obs_shape));
   layout->set_tag(torso.tag);
   std::vector<std::unique_ptr<Layer<S>>> L;
   for (size_t i = 0; i < torso.layers.size(); ++i) {
@@ -73,11 +72,11 @@ class CpuModel : public Model<S> {
  public:
   explicit CpuModel(const ModelSpec& spec) : spec_(spec) {
     if (std::string e = spec.Check(); !e.empty()) throw std::invalid_argument(e);
-    std::string error;
     const Torso torso = TorsoOf(spec_);
     images_ = torso.images();
-    torso_ = BuildTorso<S>(torso, spec_, &layout_, &error);
-    if (!error.empty()) throw std::invalid_argument(error);
+    auto built = BuildTorso<S>(torso, spec_, &layout_);
+    if (!built.ok()) throw std::invalid_argument(built.status().message());
+    torso_ = std::move(built).value();
     feature_ = torso_.empty() ? spec_.obs_size() : torso_.back()->out_size();
     if (spec_.lstm_size > 0) {
       core_ = std::make_unique<Lstm<S>>(&layout_, "core", feature_, spec_.lstm_size);
@@ -254,8 +253,7 @@ std::string ModelSpec::Check() const {
     return "net.policy_init_scale: " + std::to_string(policy_init_scale) + " is outside (0, 100]";
   }
   if (obs_shape.empty() || obs_size() <= 0) return "the observation shape is empty";
-  std::vector<LayerIo> io;
-  if (std::string error; !TorsoShapes(torso, obs_shape, &io, &error)) return error;
+  if (const auto io = TorsoShapes(torso, obs_shape); !io.ok()) return io.status().message();
   if (lstm_size < 0) return "net.lstm_size: must be 0 (no core) or positive";
   if (num_values < 1 || (!popart && num_values != 1)) return "the value head needs 1 output (one per task with PopArt)";
   if (policy.num_components < 1 || policy.num_components > kMaxActionComponents) {

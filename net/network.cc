@@ -157,8 +157,8 @@ Torso CustomTorso(std::vector<LayerSpec> layers) {
   return t;
 }
 
-bool TorsoShapes(const Torso& torso, const std::vector<int>& obs_shape, std::vector<LayerIo>* io, std::string* error) {
-  io->clear();
+base::StatusOr<std::vector<LayerIo>> TorsoShapes(const Torso& torso, const std::vector<int>& obs_shape) {
+  std::vector<LayerIo> io;
   int size = 1;
   for (int d : obs_shape) size *= d;
   ImageShape cur = obs_shape.size() == 3   ? ImageShape{obs_shape[0], obs_shape[1], obs_shape[2]}
@@ -166,9 +166,8 @@ bool TorsoShapes(const Torso& torso, const std::vector<int>& obs_shape, std::vec
                                            : ImageShape{size, 1, 1};
   bool image = obs_shape.size() == 2 || obs_shape.size() == 3;
   if (torso.images() && !image) {
-    *error = torso.where + " takes image observations ([H, W] or [C, H, W]), but the env's observation has rank " +
-             std::to_string(obs_shape.size());
-    return false;
+    return base::InvalidArgument(torso.where + " takes image observations ([H, W] or [C, H, W]), but the env's observation has rank " +
+             std::to_string(obs_shape.size()));
   }
   for (size_t i = 0; i < torso.layers.size(); ++i) {
     const LayerSpec& l = torso.layers[i];
@@ -176,15 +175,13 @@ bool TorsoShapes(const Torso& torso, const std::vector<int>& obs_shape, std::vec
     x.in = cur, x.in_image = image;
     const std::string what = l.where + (torso.where == "net.layers" ? " (" + std::string(KindName(l.kind)) + ")" : "");
     if (TakesImage(l.kind) && !image) {
-      *error = what + ": a " + KindName(l.kind) + " layer needs an image, but its input is a flat vector of " +
-               std::to_string(cur.size()) + " (after a dense layer)";
-      return false;
+      return base::InvalidArgument(what + ": a " + KindName(l.kind) + " layer needs an image, but its input is a flat vector of " +
+               std::to_string(cur.size()) + " (after a dense layer)");
     }
     switch (l.kind) {
       case Kind::kDense:
         if (l.units <= 0) {
-          *error = what + ": " + std::to_string(l.units) + " is not a positive width";
-          return false;
+          return base::InvalidArgument(what + ": " + std::to_string(l.units) + " is not a positive width");
         }
         cur = ImageShape{l.units, 1, 1}, image = false;
         break;
@@ -192,15 +189,13 @@ bool TorsoShapes(const Torso& torso, const std::vector<int>& obs_shape, std::vec
       case Kind::kMaxPool: {
         const int ch = l.kind == Kind::kConv ? l.channels : cur.c;
         if (ch <= 0 || l.kernel <= 0 || l.stride <= 0 || l.pad < 0) {
-          *error = what + ": channels, kernel and stride must be positive and padding not negative";
-          return false;
+          return base::InvalidArgument(what + ": channels, kernel and stride must be positive and padding not negative");
         }
         const ImageShape out = ConvShape(cur, ch, l.kernel, l.stride, l.pad);
         if (out.h < 1 || out.w < 1) {
-          *error = what + ": a " + std::to_string(l.kernel) + "x" + std::to_string(l.kernel) + " window with stride " +
+          return base::InvalidArgument(what + ": a " + std::to_string(l.kernel) + "x" + std::to_string(l.kernel) + " window with stride " +
                    std::to_string(l.stride) + " does not fit the image " + ShapeText(cur) +
-                   " (observation shape too small for this torso)";
-          return false;
+                   " (observation shape too small for this torso)");
         }
         cur = out;
         break;
@@ -211,9 +206,9 @@ bool TorsoShapes(const Torso& torso, const std::vector<int>& obs_shape, std::vec
         break;
     }
     x.out = cur, x.out_image = image;
-    io->push_back(x);
+    io.push_back(x);
   }
-  return true;
+  return io;
 }
 
 }  // namespace stampede::net

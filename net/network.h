@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
+
 namespace stampede::net {
 
 struct ImageShape {
@@ -94,10 +96,9 @@ struct LayerIo {
   ImageShape in, out;
   bool in_image = false, out_image = false;
 };
-// Walks the torso from the observation shape ([D], [H, W] or [C, H, W]); false with
-// `error` naming the layer when one does not fit (an image layer on a vector, a window
-// larger than its image, a width that is not positive).
-bool TorsoShapes(const Torso& torso, const std::vector<int>& obs_shape, std::vector<LayerIo>* io,
-                 std::string* error);
+// Walks the torso from the observation shape ([D], [H, W] or [C, H, W]): each layer's
+// input and output, or an error naming the layer that does not fit (an image layer on a
+// vector, a window larger than its image, a width that is not positive).
+base::StatusOr<std::vector<LayerIo>> TorsoShapes(const Torso& torso, const std::vector<int>& obs_shape);
 
 }  // namespace stampede::net

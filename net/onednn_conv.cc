@@ -147,7 +147,7 @@ struct OneDnnConv::Impl {
 OneDnnConv::OneDnnConv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 OneDnnConv::~OneDnnConv() = default;
 
-std::unique_ptr<OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, std::string* why) {
+base::StatusOr<std::unique_ptr<OneDnnConv>> OneDnnConv::Create(const ConvGeometry& g) {
   OneThread();
   auto impl = std::make_unique<Impl>(g);
   try {
@@ -155,13 +155,11 @@ std::unique_ptr<OneDnnConv> OneDnnConv::Create(const ConvGeometry& g, std::strin
     Impl::Prims& p = impl->For(std::min(16, impl->chunk));
     for (const char* k : {p.fpd.impl_info_str(), p.bwpd.impl_info_str(), p.bdpd.impl_info_str()}) {
       if (IsReference(k)) {
-        *why = std::string("oneDNN has only its reference kernel (") + k + ") for this convolution";
-        return nullptr;
+        return base::Unavailable(std::string("oneDNN has only its reference kernel (") + k + ") for this convolution");
       }
     }
   } catch (const dnnl::error& e) {
-    *why = std::string("oneDNN: ") + e.what();
-    return nullptr;
+    return base::Unavailable(std::string("oneDNN: ") + e.what());
   }
   return std::unique_ptr<OneDnnConv>(new OneDnnConv(std::move(impl)));
 }
@@ -237,9 +235,8 @@ namespace stampede::net {
 struct OneDnnConv::Impl {};
 OneDnnConv::OneDnnConv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 OneDnnConv::~OneDnnConv() = default;
-std::unique_ptr<OneDnnConv> OneDnnConv::Create(const ConvGeometry&, std::string* why) {
-  *why = "this build has no oneDNN (libdnnl-dev was not found when it was configured)";
-  return nullptr;
+base::StatusOr<std::unique_ptr<OneDnnConv>> OneDnnConv::Create(const ConvGeometry&) {
+  return base::Unavailable("this build has no oneDNN (libdnnl-dev was not found when it was configured)");
 }
 // Unreachable: Create never makes one without oneDNN.
 void OneDnnConv::Forward(const float*, const float*, const float*, int, float*) {

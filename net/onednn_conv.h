@@ -8,6 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
+
 namespace stampede::net {
 
 struct ConvGeometry {
@@ -18,9 +20,9 @@ struct ConvGeometry {
 
 class OneDnnConv {
  public:
-  // nullptr (and `why`) where the build has no oneDNN or oneDNN has only its reference
-  // kernel for this geometry (far slower than the Eigen path).
-  static std::unique_ptr<OneDnnConv> Create(const ConvGeometry& g, std::string* why);
+  // Unavailable where the build has no oneDNN or oneDNN has only its reference kernel for
+  // this geometry (far slower than the Eigen path).
+  static base::StatusOr<std::unique_ptr<OneDnnConv>> Create(const ConvGeometry& g);
   ~OneDnnConv();
   // out [n, o, oh, ow] = conv(in [n, c, h, w], w [o, c, k, k]) + b [o].
   void Forward(const float* w, const float* b, const float* in, int n, float* out);

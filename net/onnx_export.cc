@@ -111,9 +111,7 @@ base::StatusOr<std::string> ExportOnnx(const ModelSpec& spec, std::span<const fl
                                  std::to_string(layout.total_size()));
   }
   const Torso torso = TorsoOf(spec);
-  std::vector<LayerIo> io;
-  std::string error;
-  if (!TorsoShapes(torso, spec.obs_shape, &io, &error)) return base::InvalidArgument(error);
+  ASSIGN_OR_RETURN(const std::vector<LayerIo> io, TorsoShapes(torso, spec.obs_shape));
 
   onnx::ModelProto model;
   model.set_ir_version(kIrVersion);

@@ -84,7 +84,7 @@ TEST_CASE("learner: restores version and parameters from a checkpoint", "[learne
     {
       wire::StepShape shape;
       REQUIRE_OK(ResolvedStepShape(cfg, &shape));
-      auto net = net::MakeModelFromConfig(cfg, shape, &error);
+      auto net = ::stampede::testing::ValueOr(net::MakeModelFromConfig(cfg, shape), &error);
       co.placement = std::make_shared<ps::Placement>(ps::PlacementFromConfig(cfg, net->layout()));
     }
     ps::ParamsFetcher fetch(ctx, co);

@@ -197,7 +197,7 @@ TEST_CASE("tasks: a task's actor never samples an action it does not have", "[su
   std::vector<float> params(core->param_count());
   wire::StepShape shape;
   REQUIRE_OK(ResolvedStepShape(cfg, &shape));
-  auto net = net::MakeModelFromConfig(cfg, shape, &error);
+  auto net = ::stampede::testing::ValueOr(net::MakeModelFromConfig(cfg, shape), &error);
   net::InitParams(net->spec(), 3, params);
   // A policy that prefers the missing action 2 strongly.
   const auto& b = net->layout().Find("policy/b");
@@ -516,7 +516,7 @@ TEST_CASE("export: the .npz holds every tensor by name, as numpy reads it", "[su
   std::ofstream(dir + "/config.textproto") << ConfigToText(cfg);
   wire::StepShape shape;
   REQUIRE_OK(ResolvedStepShape(cfg, &shape));
-  auto net = net::MakeModelFromConfig(cfg, shape, &error);
+  auto net = ::stampede::testing::ValueOr(net::MakeModelFromConfig(cfg, shape), &error);
   learner::CheckpointData d;
   d.layout_fingerprint = net->layout().Fingerprint();
   d.layout_text = learner::LayoutText(net->layout());

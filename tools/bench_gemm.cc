@@ -90,8 +90,7 @@ int RunGemmBench(const BenchOptions& opt) {
   // Every product, recorded with the convolutions as GEMMs and Eigen computing.
   const net::ConvBackend conv = net::GetConvBackend();
   net::SetConvBackend(net::ConvBackend::kEigen);
-  std::string why;
-  if (!net::SetGemmBackend("eigen", &why)) base::LogInfo("bench: %s\n", why.c_str());
+  if (const base::Status st = net::SetGemmBackend("eigen"); !st.ok()) base::LogInfo("bench: %s\n", st.message().c_str());
   struct Group {
     std::string name;
     std::vector<net::GemmShape> shapes;
@@ -100,7 +99,7 @@ int RunGemmBench(const BenchOptions& opt) {
                                {"shallow CNN learner step (B=16, T=20)", LearnerStepShapes(std::string(net::kShallowCnn))},
                                {"deep ResNet learner step (B=16, T=20)", LearnerStepShapes(std::string(net::kDeepResNet))}};
   net::SetConvBackend(conv);
-  if (!net::SetGemmBackend("auto", &why)) base::LogInfo("bench: %s\n", why.c_str());
+  if (const base::Status st = net::SetGemmBackend("auto"); !st.ok()) base::LogInfo("bench: %s\n", st.message().c_str());
   size_t count = 0;
   for (const Group& g : groups) count += g.shapes.size();
   const double per = std::max(0.1, opt.seconds / double(count));

@@ -368,7 +368,12 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   } else if (error.empty()) {
     error = "cannot load the config";
   }
-  if (!error.empty() || !(net = net::MakeModelFromConfig(cfg, shape, &error))) {
+  if (error.empty()) {
+    auto made = net::MakeModelFromConfig(cfg, shape);
+    if (made.ok()) net = std::move(made).value();
+    else error = made.status().message();
+  }
+  if (!error.empty()) {
     base::LogError("stampede export: %s\n", error.c_str());
     return 2;
   }

@@ -57,9 +57,9 @@ class GModel {
   explicit GModel(const ModelSpec& spec) : spec_(spec) {
     const Torso torso = TorsoOf(spec_);
     images_ = torso.images();
-    std::vector<LayerIo> io;
-    std::string error;
-    if (!TorsoShapes(torso, spec_.obs_shape, &io, &error)) throw std::invalid_argument(error);
+    auto shapes = TorsoShapes(torso, spec_.obs_shape);
+    if (!shapes.ok()) throw std::invalid_argument(shapes.status().message());
+    const std::vector<LayerIo> io = std::move(shapes).value();
     layout_.set_tag(torso.tag);
     feature_ = spec_.obs_size();
     for (size_t i = 0; i < torso.layers.size(); ++i) {
