@@ -65,8 +65,7 @@ struct ActorCore::Impl {
 ActorCore::ActorCore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ActorCore::~ActorCore() = default;
 
-std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task_index,
-                                             std::string* error) {
+base::StatusOr<std::unique_ptr<ActorCore>> ActorCore::Create(const config::Config& cfg, int task_index) {
   auto m = std::make_unique<Impl>();
   m->cfg = cfg;
   m->task_index = task_index;
@@ -75,33 +74,22 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   // A suite's actor runs one task's env; the network is the suite's (joint spec).
   m->task = config::TaskOfActor(cfg, task_index);
   const config::Config task_cfg = config::TaskEnvConfig(cfg, m->task);
-  auto env = envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E);
-  if (!env.ok()) {
-    *error = env.status().message();
-    return nullptr;
-  }
-  m->env = std::move(env).value();
+  ASSIGN_OR_RETURN(m->env, envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E));
   const envs::EnvSpec& spec = m->env->spec();
   const config::EnvSpec actual = SpecToProto(spec);
   if (task_cfg.env().has_resolved_spec()) {
     if (std::string diff = SpecMismatch(task_cfg.env().resolved_spec(), actual); !diff.empty()) {
-      *error = (cfg.tasks_size() > 0 ? "task \"" + config::TaskName(cfg, m->task) + "\": " : std::string()) + diff;
-      return nullptr;
+      return base::InvalidArgument(
+          (cfg.tasks_size() > 0 ? "task \"" + config::TaskName(cfg, m->task) + "\": " : std::string()) + diff);
     }
   }
   config::Config with_spec = task_cfg;
   *with_spec.mutable_env()->mutable_resolved_spec() = actual;
   wire::StepShape task_shape;
-  if (const base::Status st = ResolvedStepShape(with_spec, &task_shape); !st.ok()) {
-    *error = st.message();
-    return nullptr;
-  }
+  RETURN_IF_ERROR(ResolvedStepShape(with_spec, &task_shape));
   m->shape = task_shape;
   if (cfg.tasks_size() > 0) {
-    if (const base::Status st = ResolvedStepShape(cfg, &m->shape); !st.ok()) {
-    *error = st.message();
-    return nullptr;
-  }
+    RETURN_IF_ERROR(ResolvedStepShape(cfg, &m->shape));
     *with_spec.mutable_env()->mutable_resolved_spec() = cfg.env().resolved_spec();
     m->adapter = config::ObsAdapter(task_shape.obs_shape, m->shape.obs_shape, task_shape.obs_dtype == wire::DType::kUint8,
                                   cfg.suite().obs_rule());
@@ -116,12 +104,7 @@ std::unique_ptr<ActorCore> ActorCore::Create(const config::Config& cfg, int task
   m->D = m->shape.obs_size();
   m->A = m->shape.num_actions;
   m->frames_per_step = spec.frames_per_step;
-  auto model = net::MakeModelFromConfig(with_spec, m->shape);
-  if (!model.ok()) {
-    *error = model.status().message();
-    return nullptr;
-  }
-  m->net = std::move(model).value();
+  ASSIGN_OR_RETURN(m->net, net::MakeModelFromConfig(with_spec, m->shape));
   m->S = m->net->state_size();
   if (m->shape.box()) m->clipped.resize(size_t(m->E) * m->shape.action_size());
   m->state.assign(size_t(m->E) * m->S, 0.f);
@@ -287,9 +270,8 @@ ps::ClientOptions ActingClientOptions(const config::Config& cfg, const net::Para
 }
 
 base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ActorCore> core, ActorCore::Create(cfg, task_index));
   std::string error;
-  auto core = ActorCore::Create(cfg, task_index, &error);
-  if (!core) return base::InvalidArgument(error);
   auto curve = wire::RunCurve(cfg, wire::Identity("actor", task_index), &error);
   if (!curve && !error.empty()) return base::InvalidArgument(error);
   const uint64_t incarnation = wire::NewIncarnation();

@@ -36,10 +36,9 @@ class RemotePolicy {
 // Used by one thread.
 class ActorCore {
  public:
-  // nullptr and `error` set if the env cannot be made or differs from the config's
-  // resolved spec.
-  static std::unique_ptr<ActorCore> Create(const config::Config& cfg, int task_index,
-                                           std::string* error);
+  // An error if the env or the network cannot be made, or the env differs from the
+  // config's resolved spec.
+  static base::StatusOr<std::unique_ptr<ActorCore>> Create(const config::Config& cfg, int task_index);
   ~ActorCore();
 
   const net::ModelSpec& net_spec() const;

@@ -34,33 +34,17 @@ EpisodeRunner::EpisodeRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 EpisodeRunner::~EpisodeRunner() = default;
 const net::ParamLayout& EpisodeRunner::layout() const { return impl_->net->layout(); }
 
-std::unique_ptr<EpisodeRunner> EpisodeRunner::Create(const config::Config& cfg, int task, int num_envs,
-                                                     std::string* error) {
+base::StatusOr<std::unique_ptr<EpisodeRunner>> EpisodeRunner::Create(const config::Config& cfg, int task,
+                                                                     int num_envs) {
   auto m = std::make_unique<Impl>();
   m->E = std::max(1, num_envs);
-  if (const base::Status st = ResolvedStepShape(cfg, &m->shape); !st.ok()) {
-    *error = st.message();
-    return nullptr;
-  }
-  auto model = net::MakeModelFromConfig(cfg, m->shape);
-  if (!model.ok()) {
-    *error = model.status().message();
-    return nullptr;
-  }
-  m->net = std::move(model).value();
+  RETURN_IF_ERROR(ResolvedStepShape(cfg, &m->shape));
+  ASSIGN_OR_RETURN(m->net, net::MakeModelFromConfig(cfg, m->shape));
   const config::Config task_cfg = config::TaskEnvConfig(cfg, task);
-  auto env = envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E);
-  if (!env.ok()) {
-    *error = env.status().message();
-    return nullptr;
-  }
-  m->env = std::move(env).value();
+  ASSIGN_OR_RETURN(m->env, envs::MakeVectorEnv(EnvSourceFromConfig(task_cfg), m->E));
   config::Config with = task_cfg;
   *with.mutable_env()->mutable_resolved_spec() = SpecToProto(m->env->spec());
-  if (const base::Status st = ResolvedStepShape(with, &m->task_shape); !st.ok()) {
-    *error = st.message();
-    return nullptr;
-  }
+  RETURN_IF_ERROR(ResolvedStepShape(with, &m->task_shape));
   m->adapter = config::ObsAdapter(m->task_shape.obs_shape, m->shape.obs_shape,
                                 m->task_shape.obs_dtype == wire::DType::kUint8, cfg.suite().obs_rule());
   m->A = m->net->policy_size();
@@ -70,7 +54,7 @@ std::unique_ptr<EpisodeRunner> EpisodeRunner::Create(const config::Config& cfg, 
   return std::unique_ptr<EpisodeRunner>(new EpisodeRunner(std::move(m)));
 }
 
-bool EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, EpisodeResult* out, std::string* error) {
+base::Status EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, EpisodeResult* out) {
   Impl& m = *impl_;
   const int E = m.E, A = m.A, S = m.S, K = m.K;
   const net::PolicyShape& pol = m.net->spec().policy;
@@ -99,8 +83,7 @@ bool EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, EpisodeR
   };
   while (!done()) {
     if (opt.keep_going && !opt.keep_going()) {
-      *error = "stopped";
-      return false;
+      return base::Cancelled("stopped");
     }
     if (recording) opt.on_frame(ts, task_obs.data());
     m.adapter.Apply(task_obs.data(), E, obs.data());
@@ -130,8 +113,7 @@ bool EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, EpisodeR
         m.env->Step(actions.data(), step);
       }
     } catch (const std::exception& e) {
-      *error = e.what();
-      return false;
+      return base::Internal(e.what());
     }
     bool reset_capped = false;
     for (int e = 0; e < E; ++e) {
@@ -173,7 +155,7 @@ bool EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, EpisodeR
   for (double x : finished) var += (x - r.mean) * (x - r.mean);
   r.std = std::sqrt(var / double(std::max<size_t>(1, finished.size())));
   *out = r;
-  return true;
+  return base::OkStatus();
 }
 
 base::Status RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop) {
@@ -196,9 +178,9 @@ base::Status RunEvaluator(const config::Config& cfg, int index, std::atomic<bool
   const int num_envs = std::clamp(ev.num_envs(), 1, std::max(1, ev.episodes()));
   std::vector<std::unique_ptr<EpisodeRunner>> runners;
   for (int t = 0; t < num_tasks; ++t) {
-    auto r = EpisodeRunner::Create(cfg, t, num_envs, &error);
-    if (!r) return base::InvalidArgument("task " + config::TaskName(cfg, t) + ": " + error);
-    runners.push_back(std::move(r));
+    auto r = EpisodeRunner::Create(cfg, t, num_envs);
+    if (!r.ok()) return base::InvalidArgument("task " + config::TaskName(cfg, t) + ": " + r.status().message());
+    runners.push_back(std::move(r).value());
     report("starting its envs");
   }
   std::vector<float> params(size_t(runners[0]->layout().total_size()));
@@ -246,9 +228,10 @@ base::Status RunEvaluator(const config::Config& cfg, int index, std::atomic<bool
         return !stop.load();
       };
       EpisodeResult r;
-      if (!runners[size_t(t)]->Run(params.data(), opt, &r, &error)) {
+      if (const base::Status ran = runners[size_t(t)]->Run(params.data(), opt, &r); !ran.ok()) {
         if (stop.load()) break;
-        return base::Internal("round " + std::to_string(round) + ", task " + config::TaskName(cfg, t) + ": " + error);
+        return base::Internal("round " + std::to_string(round) + ", task " + config::TaskName(cfg, t) + ": " +
+                              ran.message());
       }
       wire::EvaluationTask* et = rep.add_tasks();
       et->set_task(t);

@@ -51,14 +51,13 @@ struct EpisodeResult {
 class EpisodeRunner {
  public:
   // `cfg`: the run's resolved config; `task`: the task index (0 without a suite).
-  static std::unique_ptr<EpisodeRunner> Create(const config::Config& cfg, int task, int num_envs,
-                                              std::string* error);
+  static base::StatusOr<std::unique_ptr<EpisodeRunner>> Create(const config::Config& cfg, int task, int num_envs);
   ~EpisodeRunner();
   // The network's parameter layout (what `params` must hold).
   const net::ParamLayout& layout() const;
-  // Runs opt.episodes episodes from a fresh reset with `params`. False with the reason
-  // (an env's error, or keep_going said stop).
-  [[nodiscard]] bool Run(const float* params, const EpisodeOptions& opt, EpisodeResult* out, std::string* error);
+  // Runs opt.episodes episodes from a fresh reset with `params`. An error with the reason
+  // (an env's, converted from its exception), or Cancelled when keep_going said stop.
+  [[nodiscard]] base::Status Run(const float* params, const EpisodeOptions& opt, EpisodeResult* out);
 
  private:
   struct Impl;

@@ -430,25 +430,16 @@ InferenceServer::InferenceServer(const config::Config& cfg, int learner_index, s
 
 InferenceServer::~InferenceServer() { Stop(); }
 
-bool InferenceServer::Start(std::string* error) {
+base::Status InferenceServer::Start() {
   Impl& m = *impl_;
   const config::Config& cfg = m.cfg;
   const std::string endpoint = InferenceEndpoint(cfg, m.learner);
   if (endpoint.empty()) {
-    *error = "actors.inference is \"central\" but cluster.inference has no endpoint for learner " +
-             std::to_string(m.learner);
-    return false;
+    return base::InvalidArgument("actors.inference is \"central\" but cluster.inference has no endpoint for learner " +
+                                 std::to_string(m.learner));
   }
-  if (const base::Status st = ResolvedStepShape(cfg, &m.shape); !st.ok()) {
-    *error = st.message();
-    return false;
-  }
-  auto model = net::MakeModelFromConfig(cfg, m.shape);
-  if (!model.ok()) {
-    *error = model.status().message();
-    return false;
-  }
-  m.net = std::move(model).value();
+  RETURN_IF_ERROR(ResolvedStepShape(cfg, &m.shape));
+  ASSIGN_OR_RETURN(m.net, net::MakeModelFromConfig(cfg, m.shape));
   m.E = cfg.actors().envs_per_actor();
   m.A = m.net->policy_size();
   m.S = m.net->state_size();
@@ -456,10 +447,8 @@ bool InferenceServer::Start(std::string* error) {
   m.obs_bytes = m.shape.obs_bytes();
   if (m.net->spec().popart) m.popart_stats = m.net->layout().Find("popart/stats").offset;
   if (cfg.learner().device() != "cpu") {
-    const int device = net::cuda::LearnerDevice(cfg.learner().device(), m.learner, error);
-    if (device < 0) return false;
-    m.gpu = net::cuda::Policy::Create(m.net->spec(), device, /*allow_tf32=*/true, error);
-    if (!m.gpu) return false;
+    ASSIGN_OR_RETURN(const int device, net::cuda::LearnerDevice(cfg.learner().device(), m.learner));
+    ASSIGN_OR_RETURN(m.gpu, net::cuda::Policy::Create(m.net->spec(), device, /*allow_tf32=*/true));
     base::LogInfo("learner %d: inference server on cuda:%d\n", m.learner, device);
   }
   int served = 0;
@@ -470,8 +459,9 @@ bool InferenceServer::Start(std::string* error) {
   m.timeout = std::chrono::microseconds(int64_t(ci.timeout_ms() * 1000));
   m.params.assign(size_t(m.net->layout().total_size()), 0.f);
 
-  m.curve = wire::RunCurve(cfg, wire::Identity("learner", m.learner), error);
-  if (!m.curve && !error->empty()) return false;
+  std::string error;
+  m.curve = wire::RunCurve(cfg, wire::Identity("learner", m.learner), &error);
+  if (!m.curve && !error.empty()) return base::InvalidArgument(error);
   m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::router);
   wire::ConfigureReceiver(*m.socket, cfg.cluster().max_message_bytes());
   m.socket->set(zmq::sockopt::router_mandatory, 0);
@@ -484,14 +474,13 @@ bool InferenceServer::Start(std::string* error) {
   try {
     m.socket->bind(BindEndpoint(cfg, endpoint));
   } catch (const zmq::error_t& e) {
-    *error = "inference server cannot bind " + endpoint + ": " + e.what();
-    return false;
+    return base::Unavailable("inference server cannot bind " + endpoint + ": " + e.what());
   }
   m.fetcher = std::make_unique<ps::ParamsFetcher>(
       m.ctx, ActingClientOptions(cfg, m.net->layout(), wire::MakeSender(wire::ROLE_LEARNER, m.learner, wire::NewIncarnation()),
                                  m.curve));
   m.thread = std::thread([&m] { m.Serve(); });
-  return true;
+  return base::OkStatus();
 }
 
 void InferenceServer::Stop() {

@@ -52,8 +52,8 @@ class InferenceServer {
  public:
   InferenceServer(const config::Config& cfg, int learner_index, std::atomic<bool>& stop);
   ~InferenceServer();
-  // False with `error` if the network cannot be made or the endpoint bound.
-  bool Start(std::string* error);
+  // An error if the network cannot be made or the endpoint bound.
+  [[nodiscard]] base::Status Start();
   void Stop();
   // The endpoint bound (a wildcard port resolved).
   std::string endpoint() const;

@@ -262,9 +262,8 @@ base::Status CheckNetworkAndDevice(const config::Config& cfg) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::close(fds[0]);
-    std::string why;
-    const int n = net::cuda::DeviceCount(&why);
-    const std::string msg = std::to_string(n) + "\n" + why;
+    const base::StatusOr<int> count = net::cuda::DeviceCount();
+    const std::string msg = std::to_string(count.ok() ? *count : 0) + "\n" + count.status().message();
     [[maybe_unused]] ssize_t w = ::write(fds[1], msg.data(), msg.size());
     ::_exit(0);
   }

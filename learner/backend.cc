@@ -136,12 +136,12 @@ base::StatusOr<std::unique_ptr<Backend>> MakeBackend(const config::Config& cfg, 
   const LossOptions lo = LossOptionsFrom(cfg);
   const std::string device = cfg.learner().device();
   if (device == "cpu") return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(net, lo));
-  std::string error;
-  const int index = net::cuda::LearnerDevice(device, learner_index, &error);
-  if (index < 0) return base::DeviceError(error);
-  auto t = net::cuda::Trainer::Create(net.spec(), index, TrainerOptions(cfg, lo), &error);
-  if (!t) return base::DeviceError(error);
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(std::move(t), "cuda:" + std::to_string(index)));
+  const base::StatusOr<int> index = net::cuda::LearnerDevice(device, learner_index);
+  if (!index.ok()) return base::DeviceError(index.status().message());
+  auto t = net::cuda::Trainer::Create(net.spec(), *index, TrainerOptions(cfg, lo));
+  if (!t.ok()) return base::DeviceError(t.status().message());
+  return std::unique_ptr<Backend>(
+      std::make_unique<CudaBackend>(std::move(t).value(), "cuda:" + std::to_string(*index)));
 }
 
 }  // namespace stampede::learner

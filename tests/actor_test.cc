@@ -9,6 +9,7 @@
 #include "actors/actor.h"
 #include "envs/cartpole.h"
 #include "net/model.h"
+#include "tests/status_testing.h"
 
 using namespace stampede;
 
@@ -38,7 +39,7 @@ net::ModelSpec SpecOf(const actors::ActorCore& core) {
 TEST_CASE("actor: unrolls are continuous, logits are the policy's, episodes are booked", "[actors]") {
   const int E = 3, T = 5, D = 50, A = 3;
   std::string error;
-  auto core = actors::ActorCore::Create(ActorConfig("Catch", E, T), 0, &error);
+  auto core = ::stampede::testing::ValueOr(actors::ActorCore::Create(ActorConfig("Catch", E, T), 0), &error);
   REQUIRE(core);
   const auto spec = SpecOf(*core);
   auto model = net::MakeCpuModel<float>(spec);
@@ -96,7 +97,7 @@ TEST_CASE("actor: unrolls are continuous, logits are the policy's, episodes are 
 TEST_CASE("actor: a truncated step records the value of the final observation", "[actors]") {
   const int E = 2, T = 8, D = 4;
   std::string error;
-  auto core = actors::ActorCore::Create(ActorConfig("CartPole-v1", E, T, 3), 0, &error);
+  auto core = ::stampede::testing::ValueOr(actors::ActorCore::Create(ActorConfig("CartPole-v1", E, T, 3), 0), &error);
   REQUIRE(core);
   const auto spec = SpecOf(*core);
   auto model = net::MakeCpuModel<float>(spec);
@@ -140,7 +141,7 @@ TEST_CASE("actor: with an LSTM core, the learner's unroll from the sent initial 
   config::Config cfg = ActorConfig("Catch", E, T);
   cfg.mutable_net()->set_lstm_size(6);
   std::string error;
-  auto core = actors::ActorCore::Create(cfg, 0, &error);
+  auto core = ::stampede::testing::ValueOr(actors::ActorCore::Create(cfg, 0), &error);
   INFO(error);
   REQUIRE(core);
   const net::ModelSpec& spec = core->net_spec();

@@ -20,6 +20,7 @@
 #include "tests/skip.h"
 #include "tests/wire_helpers.h"
 #include "wire/trajectory.h"
+#include "tests/status_testing.h"
 
 using namespace stampede;
 
@@ -51,7 +52,7 @@ TEST_CASE("atari path: the learner's batch and forward pass reproduce the actor'
   testing::RequirePythonVenv();
   const int E = 3, T = 20, U = 8;
   std::string error;
-  auto core = actors::ActorCore::Create(PongConfig(E, T), 0, &error);
+  auto core = ::stampede::testing::ValueOr(actors::ActorCore::Create(PongConfig(E, T), 0), &error);
   INFO(error);
   REQUIRE(core);
   const wire::StepShape shape = core->shape();

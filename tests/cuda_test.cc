@@ -21,6 +21,7 @@
 #include "net/distribution.h"
 #include "net/model.h"
 #include "tests/skip_only.h"
+#include "tests/status_testing.h"
 
 using namespace stampede;
 
@@ -147,8 +148,7 @@ double MaxAbs(const std::vector<float>& v) {
 }  // namespace
 
 TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU for every network", "[cuda]") {
-  std::string why;
-  if (net::cuda::DeviceCount(&why) == 0) testing::Skip("needs a CUDA device: " + why);
+  if (const auto n = net::cuda::DeviceCount(); !n.ok()) testing::Skip("needs a CUDA device: " + n.status().message());
   const int T = 5, B = 4;
   int index = 0;
   for (Case c : Cases()) {
@@ -193,7 +193,7 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
     if (to.optimizer.kind == net::OptimizerKind::kAdam) to.optimizer = {net::OptimizerKind::kAdam, 0.999f, 0.9f, 1e-8f};
     INFO("optimizer kind " << int(to.optimizer.kind));
     std::string error;
-    auto gpu = net::cuda::Trainer::Create(c.spec, 0, to, &error);
+    auto gpu = ::stampede::testing::ValueOr(net::cuda::Trainer::Create(c.spec, 0, to), &error);
     INFO(error);
     REQUIRE(gpu);
     REQUIRE(gpu->layout().Fingerprint() == cpu->layout().Fingerprint());
@@ -292,11 +292,11 @@ TEST_CASE("cuda: forward, gradient and a full learner step agree with the CPU fo
 }
 
 TEST_CASE("cuda: asking for a device this machine lacks is a clear error", "[cuda]") {
-  std::string why;
-  const int n = net::cuda::DeviceCount(&why);
+  const base::StatusOr<int> count = net::cuda::DeviceCount();
+  const int n = count.ok() ? *count : 0;
   std::string error;
   auto spec = Spec("mlp", {4}, false, 0, net::CategoricalPolicy(2));
-  auto t = net::cuda::Trainer::Create(spec, n + 3, {}, &error);
+  auto t = ::stampede::testing::ValueOr(net::cuda::Trainer::Create(spec, n + 3, {}), &error);
   CHECK(t == nullptr);
   CHECK_THAT(error, Catch::Contains("cuda:" + std::to_string(n + 3) + " is not available"));
 }
@@ -305,8 +305,7 @@ TEST_CASE("cuda: the acting policy's step agrees with the CPU model's for every 
   // The inference server's forward on the learner's GPU (net/cuda/trainer.h Policy): two
   // steps of batches that are not a multiple of 8 (the padding is exercised), the second
   // smaller than the first, some rows starting afresh, the state carried between them.
-  std::string why;
-  if (net::cuda::DeviceCount(&why) == 0) testing::Skip("needs a CUDA device: " + why);
+  if (const auto n = net::cuda::DeviceCount(); !n.ok()) testing::Skip("needs a CUDA device: " + n.status().message());
   for (Case c : Cases()) {
     INFO(c.name);
     if (c.popart) {
@@ -318,7 +317,7 @@ TEST_CASE("cuda: the acting policy's step agrees with the CPU model's for every 
     std::vector<float> params(N);
     net::InitParams(c.spec, 11, params);
     std::string error;
-    auto gpu = net::cuda::Policy::Create(c.spec, 0, false, &error);
+    auto gpu = ::stampede::testing::ValueOr(net::cuda::Policy::Create(c.spec, 0, false), &error);
     INFO(error);
     REQUIRE(gpu);
     REQUIRE(gpu->layout().Fingerprint() == cpu->layout().Fingerprint());

@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "wire/messages.pb.h"
 #include "wire/zmq_util.h"
+#include "tests/status_testing.h"
 
 using namespace stampede;
 
@@ -46,10 +47,7 @@ struct CentralFixture {
     cfg.set_seed(11);
     testing::ResolveSpecInPlace(&cfg);
     server = std::make_unique<actors::InferenceServer>(cfg, 0, stop);
-    std::string error;
-    const bool started = server->Start(&error);
-    INFO(error);
-    REQUIRE(started);
+    REQUIRE_OK(server->Start());
     cfg.mutable_cluster()->set_inference(0, server->endpoint());
   }
   ~CentralFixture() {
@@ -76,8 +74,8 @@ TEST_CASE("inference: an actor acting through the central server records what a 
   const int E = 3, T = 7;
   CentralFixture f(E, T);
   std::string error;
-  auto local = actors::ActorCore::Create(f.cfg, 0, &error);
-  auto central = actors::ActorCore::Create(f.cfg, 0, &error);
+  auto local = ::stampede::testing::ValueOr(actors::ActorCore::Create(f.cfg, 0), &error);
+  auto central = ::stampede::testing::ValueOr(actors::ActorCore::Create(f.cfg, 0), &error);
   INFO(error);
   REQUIRE(local);
   REQUIRE(central);
@@ -123,7 +121,7 @@ TEST_CASE("inference: a bad request gets an error naming the problem, and the se
   const int E = 2, T = 3;
   CentralFixture f(E, T);
   std::string error;
-  auto core = actors::ActorCore::Create(f.cfg, 0, &error);
+  auto core = ::stampede::testing::ValueOr(actors::ActorCore::Create(f.cfg, 0), &error);
   REQUIRE(core);
   std::vector<float> params(size_t(core->param_count()), 0.01f);
   f.Publish(*core, params, 1);

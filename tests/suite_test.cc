@@ -191,7 +191,7 @@ TEST_CASE("tasks: a task's actor never samples an action it does not have", "[su
   std::string error;
   // Actor 1 runs cartpole (2 actions of the union's 3).
   REQUIRE(config::TaskOfActor(cfg, 1) == 1);
-  auto core = actors::ActorCore::Create(cfg, 1, &error);
+  auto core = ::stampede::testing::ValueOr(actors::ActorCore::Create(cfg, 1), &error);
   INFO(error);
   REQUIRE(core);
   std::vector<float> params(core->param_count());

@@ -269,11 +269,12 @@ int RunBench(const BenchOptions& opt) {
 
   // 2. Actor steps/s: E envs, batched inference, sampling, unroll assembly; no sockets.
   {
-    auto core = actors::ActorCore::Create(cfg, 0, &error);
-    if (!core) {
-      base::LogError("%s\n", error.c_str());
+    auto made = actors::ActorCore::Create(cfg, 0);
+    if (!made.ok()) {
+      base::LogError("%s\n", made.status().message().c_str());
       return 2;
     }
+    const std::unique_ptr<actors::ActorCore> core = std::move(made).value();
     std::vector<float> params(core->param_count());
     net::InitParams(core->net_spec(), 1, params);
     wire::TrajectoryBatch batch;
@@ -323,11 +324,12 @@ int RunBench(const BenchOptions& opt) {
   // 3. Learner steps/s: V-trace, loss, gradient, clipping and the optimizer step on one
   // batch of B unrolls of T steps, one core, no sockets.
   {
-    auto core = actors::ActorCore::Create(cfg, 0, &error);
-    if (!core) {
-      base::LogError("%s\n", error.c_str());
+    auto made = actors::ActorCore::Create(cfg, 0);
+    if (!made.ok()) {
+      base::LogError("%s\n", made.status().message().c_str());
       return 2;
     }
+    const std::unique_ptr<actors::ActorCore> core = std::move(made).value();
     auto model = net::MakeCpuModel<float>(core->net_spec());
     std::vector<float> params(model->layout().total_size()), grad(params.size());
     net::InitParams(core->net_spec(), 1, params);

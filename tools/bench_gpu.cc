@@ -23,10 +23,8 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 }  // namespace
 
 int RunGpuBench(const BenchOptions& opt) {
-  std::string why;
-  const int devices = net::cuda::DeviceCount(&why);
-  if (devices == 0) {
-    base::LogInfo("stampede bench --gpu: %s\n", why.c_str());
+  if (const base::StatusOr<int> devices = net::cuda::DeviceCount(); !devices.ok()) {
+    base::LogInfo("stampede bench --gpu: %s\n", devices.status().message().c_str());
     return 3;
   }
   net::ModelSpec spec;
@@ -40,12 +38,12 @@ int RunGpuBench(const BenchOptions& opt) {
   to.unroll_length = T;
   to.batch_size = B;
   to.allow_tf32 = true;  // as PyTorch's cuDNN convolutions by default
-  std::string error;
-  auto gpu = net::cuda::Trainer::Create(spec, 0, to, &error);
-  if (!gpu) {
-    base::LogError("stampede bench --gpu: %s\n", error.c_str());
+  auto made = net::cuda::Trainer::Create(spec, 0, to);
+  if (!made.ok()) {
+    base::LogError("stampede bench --gpu: %s\n", made.status().message().c_str());
     return 3;
   }
+  const std::unique_ptr<net::cuda::Trainer> gpu = std::move(made).value();
   const int64_t N = gpu->layout().total_size();
   std::vector<float> params(N), zeros(N, 0.f);
   net::InitParams(spec, 1, params);

@@ -25,21 +25,18 @@ namespace {
 
 // The run's config: the given file, else config.textproto beside the checkpoint; its
 // spec resolved (a run directory's config already is).
-bool LoadEvalConfig(const std::string& checkpoint, const std::string& given, const std::string& self_exe,
-                    config::Config* cfg, std::string* error) {
+base::Status LoadEvalConfig(const std::string& checkpoint, const std::string& given, const std::string& self_exe,
+                            config::Config* cfg) {
   const std::string path =
       given.empty() ? (std::filesystem::path(checkpoint).parent_path() / "config.textproto").string() : given;
   LoadedConfig loaded;
   if (const base::Status st = LoadConfig(path, {}, &loaded); !st.ok()) {
-    *error = st.message();
-    if (given.empty()) *error += " (the checkpoint's run directory has no readable config; pass --config)";
-    return false;
+    if (!given.empty()) return st;
+    return base::InvalidArgument(st.message() + " (the checkpoint's run directory has no readable config; pass --config)");
   }
   *cfg = loaded.config;
-  if (cfg->env().has_resolved_spec()) return true;
-  const base::Status resolved = coordinator::ResolveEnvSpec(self_exe, cfg);
-  if (!resolved.ok()) *error = resolved.message();
-  return resolved.ok();
+  if (cfg->env().has_resolved_spec()) return base::OkStatus();
+  return coordinator::ResolveEnvSpec(self_exe, cfg);
 }
 
 base::Status LoadParams(const std::string& checkpoint, const net::ParamLayout& layout, learner::CheckpointData* d) {
@@ -95,10 +92,9 @@ bool RenderObs(const wire::StepShape& shape, const void* obs, int scale, std::ve
 
 }  // namespace
 
-bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<EvalTaskResult>* results,
-              std::string* error) {
+base::Status Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<EvalTaskResult>* results) {
   config::Config cfg;
-  if (!LoadEvalConfig(opt.checkpoint, opt.config, self_exe, &cfg, error)) return false;
+  RETURN_IF_ERROR(LoadEvalConfig(opt.checkpoint, opt.config, self_exe, &cfg));
   std::vector<int> tasks;
   for (int t = 0; t < config::NumTasks(cfg); ++t) {
     if (opt.task.empty() || opt.task == config::TaskName(cfg, t)) tasks.push_back(t);
@@ -106,21 +102,14 @@ bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<E
   if (tasks.empty()) {
     std::string names;
     for (int t = 0; t < config::NumTasks(cfg); ++t) names += (t ? ", " : "") + config::TaskName(cfg, t);
-    *error = "--task " + opt.task + ": no such task; the run's tasks: " + names;
-    return false;
+    return base::InvalidArgument("--task " + opt.task + ": no such task; the run's tasks: " + names);
   }
   learner::CheckpointData d;
   bool loaded = false, recorded = opt.record.empty();
   for (int task : tasks) {
     const int E = std::clamp(opt.episodes, 1, 16);
-    auto runner = actors::EpisodeRunner::Create(cfg, task, E, error);
-    if (!runner) return false;
-    if (!loaded) {
-      if (const base::Status st = LoadParams(opt.checkpoint, runner->layout(), &d); !st.ok()) {
-        *error = st.message();
-        return false;
-      }
-    }
+    ASSIGN_OR_RETURN(const std::unique_ptr<actors::EpisodeRunner> runner, actors::EpisodeRunner::Create(cfg, task, E));
+    if (!loaded) RETURN_IF_ERROR(LoadParams(opt.checkpoint, runner->layout(), &d));
     loaded = true;
     actors::EpisodeOptions eo;
     eo.episodes = opt.episodes;
@@ -145,30 +134,26 @@ bool Evaluate(const EvalOptions& opt, const std::string& self_exe, std::vector<E
       eo.keep_going = [&] { return renders; };
     }
     actors::EpisodeResult r;
-    const bool ran = runner->Run(d.params.data(), eo, &r, error);
+    const base::Status ran = runner->Run(d.params.data(), eo, &r);
     if (record && !renders) {
-      *error = "--record: task " + config::TaskName(cfg, task) + "'s observations are vectors, not images; only envs "
-               "with image observations (MinAtar, Atari, Catch) can be recorded";
-      return false;
+      return base::InvalidArgument("--record: task " + config::TaskName(cfg, task) +
+                                   "'s observations are vectors, not images; only envs "
+                                   "with image observations (MinAtar, Atari, Catch) can be recorded");
     }
-    if (!ran) return false;
+    RETURN_IF_ERROR(ran);
     results->push_back({config::TaskName(cfg, task), r.mean, r.std, r.episodes, r.capped});
     if (record) {
       recorded = true;
-      if (const base::Status st = WriteGif(opt.record, fw, fh, frames, 10); !st.ok()) {
-        *error = st.message();
-        return false;
-      }
+      RETURN_IF_ERROR(WriteGif(opt.record, fw, fh, frames, 10));
     }
   }
-  return true;
+  return base::OkStatus();
 }
 
 int RunEvalCommand(const EvalOptions& opt, const std::string& self_exe) {
   std::vector<EvalTaskResult> results;
-  std::string error;
-  if (!Evaluate(opt, self_exe, &results, &error)) {
-    base::LogError("stampede eval: %s\n", error.c_str());
+  if (const base::Status st = Evaluate(opt, self_exe, &results); !st.ok()) {
+    base::LogError("stampede eval: %s\n", st.message().c_str());
     return 2;
   }
   std::printf("stampede eval: %s, %d episodes per task, %s policy\n", opt.checkpoint.c_str(), opt.episodes,
@@ -353,7 +338,6 @@ class Zip {
 }  // namespace
 
 int RunExportCommand(const std::string& checkpoint, const std::string& out_path, const std::string& config_path) {
-  std::string error;
   learner::CheckpointData d;
   if (const base::Status st = learner::LoadCheckpoint(checkpoint, &d); !st.ok()) {
     base::LogError("stampede export: %s\n", st.message().c_str());
@@ -361,22 +345,17 @@ int RunExportCommand(const std::string& checkpoint, const std::string& out_path,
   }
   // The layout comes from the run's config (checked against the checkpoint's fingerprint).
   config::Config cfg;
-  wire::StepShape shape;
-  std::unique_ptr<net::Model<float>> net;
-  if (LoadEvalConfig(checkpoint, config_path, coordinator::SelfExePath(), &cfg, &error)) {
-    if (const base::Status st = ResolvedStepShape(cfg, &shape); !st.ok()) error = st.message();
-  } else if (error.empty()) {
-    error = "cannot load the config";
-  }
-  if (error.empty()) {
-    auto made = net::MakeModelFromConfig(cfg, shape);
-    if (made.ok()) net = std::move(made).value();
-    else error = made.status().message();
-  }
-  if (!error.empty()) {
-    base::LogError("stampede export: %s\n", error.c_str());
+  auto made = [&]() -> base::StatusOr<std::unique_ptr<net::Model<float>>> {
+    RETURN_IF_ERROR(LoadEvalConfig(checkpoint, config_path, coordinator::SelfExePath(), &cfg));
+    wire::StepShape shape;
+    RETURN_IF_ERROR(ResolvedStepShape(cfg, &shape));
+    return net::MakeModelFromConfig(cfg, shape);
+  }();
+  if (!made.ok()) {
+    base::LogError("stampede export: %s\n", made.status().message().c_str());
     return 2;
   }
+  const std::unique_ptr<net::Model<float>> net = std::move(made).value();
   if (const base::Status st = LoadParams(checkpoint, net->layout(), &d); !st.ok()) {
     base::LogError("stampede export: %s\n", st.message().c_str());
     return 2;

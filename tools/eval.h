@@ -31,9 +31,9 @@ struct EvalTaskResult {
   int capped = 0;  // episodes ended by max_steps, not by the env
 };
 int RunEvalCommand(const EvalOptions& opt, const std::string& self_exe);
-// The evaluation itself (what the command prints); false with the reason.
-[[nodiscard]] bool Evaluate(const EvalOptions& opt, const std::string& self_exe,
-                            std::vector<EvalTaskResult>* out, std::string* error);
+// The evaluation itself (what the command prints), or why not.
+[[nodiscard]] base::Status Evaluate(const EvalOptions& opt, const std::string& self_exe,
+                                    std::vector<EvalTaskResult>* out);
 
 int RunExportCommand(const std::string& checkpoint, const std::string& out_path, const std::string& config);
 

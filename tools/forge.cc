@@ -111,11 +111,12 @@ std::string Deliver(zmq::socket_t& s, Handshake& handshake, const std::string& e
 // but wrong pattern, with the layout a get would reveal (total size, fingerprint).
 int ForgePuts(Attacker& a, bool nan, int count) {
   std::string error;
-  auto core = actors::ActorCore::Create(a.cfg, 0, &error);
-  if (!core) {
-    base::LogError("forge: %s\n", error.c_str());
+  auto made = actors::ActorCore::Create(a.cfg, 0);
+  if (!made.ok()) {
+    base::LogError("forge: %s\n", made.status().message().c_str());
     return 2;
   }
+  const std::unique_ptr<actors::ActorCore> core = std::move(made).value();
   const int S = a.cfg.cluster().ps_size();
   std::vector<zmq::socket_t> sockets;
   std::vector<std::unique_ptr<Handshake>> handshakes;
@@ -157,11 +158,12 @@ int ForgePuts(Attacker& a, bool nan, int count) {
 // Trajectories made by a real actor core (well-formed), then poisoned.
 int ForgeTrajectories(Attacker& a, const std::string& kind, int count) {
   std::string error;
-  auto core = actors::ActorCore::Create(a.cfg, 0, &error);
-  if (!core) {
-    base::LogError("forge: %s\n", error.c_str());
+  auto made = actors::ActorCore::Create(a.cfg, 0);
+  if (!made.ok()) {
+    base::LogError("forge: %s\n", made.status().message().c_str());
     return 2;
   }
+  const std::unique_ptr<actors::ActorCore> core = std::move(made).value();
   std::vector<float> params(size_t(core->param_count()));
   net::InitParams(core->net_spec(), 1, params);
   zmq::socket_t push(a.ctx, zmq::socket_type::push);

@@ -446,9 +446,10 @@ int main(int argc, char** argv) {
       // thread of this process (SEED RL's learner-side inference).
       std::optional<stampede::actors::InferenceServer> inference;
       if (stampede::InferenceOf(loaded.config) == stampede::config::Inference::central) {
-        std::string error;
         inference.emplace(loaded.config, task_index, stampede::base::StopFlag());
-        if (!inference->Start(&error)) return exit_with(stampede::base::InvalidArgument(error));
+        if (const stampede::base::Status st = inference->Start(); !st.ok()) {
+          return exit_with(stampede::base::InvalidArgument(st.message()));
+        }
       }
       const stampede::base::Status status =
           stampede::learner::RunLearnerRole(loaded.config, task_index, restarts, stampede::base::StopFlag());

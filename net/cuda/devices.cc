@@ -6,14 +6,11 @@
 
 namespace stampede::net::cuda {
 
-int LearnerDevice(const std::string& device, int learner_index, std::string* why) {
+base::StatusOr<int> LearnerDevice(const std::string& device, int learner_index) {
   if (device.rfind("cuda:", 0) == 0) return std::stoi(device.substr(5));  // the config checked the number
-  const int count = DeviceCount(why);
-  if (count == 0) {
-    *why = "learner.device \"" + device + "\": " + *why;
-    return -1;
-  }
-  return learner_index % count;
+  const base::StatusOr<int> count = DeviceCount();
+  if (!count.ok()) return base::Unavailable("learner.device \"" + device + "\": " + count.status().message());
+  return learner_index % *count;
 }
 
 }  // namespace stampede::net::cuda

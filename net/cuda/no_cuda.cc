@@ -6,27 +6,20 @@ namespace stampede::net::cuda {
 
 bool Built() { return false; }
 
-int DeviceCount(std::string* why) {
-  *why = "this Stampede was built without CUDA (no toolkit found, or STAMPEDE_CUDA=OFF)";
-  return 0;
+base::StatusOr<int> DeviceCount() {
+  return base::Unavailable("this Stampede was built without CUDA (no toolkit found, or STAMPEDE_CUDA=OFF)");
 }
 
 namespace {
-template <class T>
-std::unique_ptr<T> Unavailable(int device, std::string* error) {
-  std::string why;
-  DeviceCount(&why);
-  *error = "cuda:" + std::to_string(device) + " is not available: " + why;
-  return nullptr;
+base::Status NotHere(int device) {
+  return base::Unavailable("cuda:" + std::to_string(device) + " is not available: " + DeviceCount().status().message());
 }
 }  // namespace
 
-std::unique_ptr<Trainer> Trainer::Create(const ModelSpec&, int device, const TrainerOptions&, std::string* error) {
-  return Unavailable<Trainer>(device, error);
+base::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const ModelSpec&, int device, const TrainerOptions&) {
+  return NotHere(device);
 }
 
-std::unique_ptr<Policy> Policy::Create(const ModelSpec&, int device, bool, std::string* error) {
-  return Unavailable<Policy>(device, error);
-}
+base::StatusOr<std::unique_ptr<Policy>> Policy::Create(const ModelSpec&, int device, bool) { return NotHere(device); }
 
 }  // namespace stampede::net::cuda

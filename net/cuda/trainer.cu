@@ -609,14 +609,11 @@ class CudaPolicy : public Policy {
 
 bool Built() { return true; }
 
-int DeviceCount(std::string* why) {
+base::StatusOr<int> DeviceCount() {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-    return 0;
-  }
-  if (n == 0) *why = "the CUDA driver reports no device";
+  if (e != cudaSuccess) return base::Unavailable(std::string("no usable CUDA device: ") + cudaGetErrorString(e));
+  if (n == 0) return base::Unavailable("the CUDA driver reports no device");
   return n;
 }
 
@@ -624,40 +621,35 @@ namespace {
 // Why `spec` cannot run on cuda:`device` ("" if it can).
 std::string Unusable(const ModelSpec& spec, int device) {
   if (std::string e = spec.Check(); !e.empty()) return e;
-  std::string why;
-  const int n = DeviceCount(&why);
-  if (device < 0 || device >= n) {
-    return "cuda:" + std::to_string(device) + " is not available (" + (n == 0 ? why : std::to_string(n) + " CUDA devices") +
-           ")";
+  const base::StatusOr<int> n = DeviceCount();
+  if (device < 0 || !n.ok() || device >= *n) {
+    return "cuda:" + std::to_string(device) + " is not available (" +
+           (!n.ok() ? n.status().message() : std::to_string(*n) + " CUDA devices") + ")";
   }
   return {};
 }
 
-// `make()`, or nullptr with `error` naming `what` and the device.
+// `make()`, or an error naming `what` and the device (the device's exceptions converted).
 template <class T, class Make>
-std::unique_ptr<T> Construct(const ModelSpec& spec, int device, const char* what, Make make, std::string* error) {
-  if (std::string e = Unusable(spec, device); !e.empty()) {
-    *error = e;
-    return nullptr;
-  }
+base::StatusOr<std::unique_ptr<T>> Construct(const ModelSpec& spec, int device, const char* what, Make make) {
+  if (std::string e = Unusable(spec, device); !e.empty()) return base::Unavailable(e);
   try {
-    return make();
+    return std::unique_ptr<T>(make());
   } catch (const std::exception& e) {
-    *error = std::string(what) + " on cuda:" + std::to_string(device) + ": " + e.what();
-    return nullptr;
+    return base::DeviceError(std::string(what) + " on cuda:" + std::to_string(device) + ": " + e.what());
   }
 }
 }  // namespace
 
-std::unique_ptr<Trainer> Trainer::Create(const ModelSpec& spec, int device, const TrainerOptions& options,
-                                         std::string* error) {
-  return Construct<Trainer>(spec, device, "CUDA trainer", [&] { return std::make_unique<CudaTrainer>(spec, device, options); },
-                            error);
+base::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const ModelSpec& spec, int device,
+                                                         const TrainerOptions& options) {
+  return Construct<Trainer>(spec, device, "CUDA trainer",
+                            [&] { return std::make_unique<CudaTrainer>(spec, device, options); });
 }
 
-std::unique_ptr<Policy> Policy::Create(const ModelSpec& spec, int device, bool allow_tf32, std::string* error) {
+base::StatusOr<std::unique_ptr<Policy>> Policy::Create(const ModelSpec& spec, int device, bool allow_tf32) {
   return Construct<Policy>(spec, device, "CUDA policy",
-                           [&] { return std::make_unique<CudaPolicy>(spec, device, allow_tf32); }, error);
+                           [&] { return std::make_unique<CudaPolicy>(spec, device, allow_tf32); });
 }
 
 }  // namespace stampede::net::cuda

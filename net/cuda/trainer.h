@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "base/metrics.h"
 #include "net/kernel_math.h"
 #include "net/model.h"
@@ -22,13 +23,13 @@ namespace stampede::net::cuda {
 
 // Whether this build has the CUDA backend.
 bool Built();
-// CUDA devices this process can use; 0 with `why` set (no CUDA in this build, no driver,
-// no device).
-int DeviceCount(std::string* why);
+// CUDA devices this process can use (at least 1), or Unavailable saying why there is none
+// (no CUDA in this build, no driver, no device).
+base::StatusOr<int> DeviceCount();
 // The GPU a learner's learner.device names: "cuda:N" is N; "cuda" is learner i's GPU i mod
 // the GPUs this process sees (Slurm's and Kubernetes' CUDA_VISIBLE_DEVICES: the node's or
-// the pod's own). -1 with `why` set when there is none.
-int LearnerDevice(const std::string& device, int learner_index, std::string* why);
+// the pod's own). Unavailable when there is none.
+base::StatusOr<int> LearnerDevice(const std::string& device, int learner_index);
 
 struct TrainerOptions {
   int unroll_length = 20;  // T
@@ -82,9 +83,10 @@ struct StepStats {
 
 class Trainer {
  public:
-  // nullptr with `error` set when the device cannot be used or the spec is refused.
-  static std::unique_ptr<Trainer> Create(const ModelSpec& spec, int device,
-                                         const TrainerOptions& options, std::string* error);
+  // An error when the device cannot be used or the spec is refused (the device's
+  // exceptions are converted here).
+  static base::StatusOr<std::unique_ptr<Trainer>> Create(const ModelSpec& spec, int device,
+                                                         const TrainerOptions& options);
   virtual ~Trainer() = default;
   virtual const ParamLayout& layout() const = 0;
   // Parameters and optimizer state (learner/optimizer.h's two buffers), host <-> device
@@ -128,9 +130,9 @@ class Trainer {
 // per size, not once per batch.
 class Policy {
  public:
-  // nullptr with `error` set when the device cannot be used or the spec is refused.
-  // `allow_tf32`: as TrainerOptions'.
-  static std::unique_ptr<Policy> Create(const ModelSpec& spec, int device, bool allow_tf32, std::string* error);
+  // An error when the device cannot be used or the spec is refused. `allow_tf32`: as
+  // TrainerOptions'.
+  static base::StatusOr<std::unique_ptr<Policy>> Create(const ModelSpec& spec, int device, bool allow_tf32);
   virtual ~Policy() = default;
   virtual const ParamLayout& layout() const = 0;
   // Uploads a version of the parameters (synchronous).
