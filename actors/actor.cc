@@ -271,9 +271,7 @@ ps::ClientOptions ActingClientOptions(const config::Config& cfg, const net::Para
 
 base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<bool>& stop) {
   ASSIGN_OR_RETURN(std::unique_ptr<ActorCore> core, ActorCore::Create(cfg, task_index));
-  std::string error;
-  auto curve = wire::RunCurve(cfg, wire::Identity("actor", task_index), &error);
-  if (!curve && !error.empty()) return base::InvalidArgument(error);
+  ASSIGN_OR_RETURN(const std::shared_ptr<const wire::Curve> curve, wire::RunCurve(cfg, wire::Identity("actor", task_index)));
   const uint64_t incarnation = wire::NewIncarnation();
   const wire::Sender sender = wire::MakeSender(wire::ROLE_ACTOR, task_index, incarnation);
   zmq::context_t ctx(1);

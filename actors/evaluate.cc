@@ -161,9 +161,7 @@ base::Status EpisodeRunner::Run(const float* params, const EpisodeOptions& opt, 
 base::Status RunEvaluator(const config::Config& cfg, int index, std::atomic<bool>& stop) {
   using Clock = std::chrono::steady_clock;
   const config::EvaluationConfig& ev = cfg.evaluation();
-  std::string error;
-  auto curve = wire::RunCurve(cfg, wire::Identity("evaluator", index), &error);
-  if (!curve && !error.empty()) return base::InvalidArgument(error);
+  ASSIGN_OR_RETURN(const std::shared_ptr<const wire::Curve> curve, wire::RunCurve(cfg, wire::Identity("evaluator", index)));
   const wire::Sender sender = wire::MakeSender(wire::ROLE_EVALUATOR, index, wire::NewIncarnation());
   zmq::context_t ctx(1);
   wire::StatusChannel channel(ctx, cfg.cluster().coordinator(), sender, curve.get(), cfg.cluster().control(), &stop);

@@ -459,9 +459,7 @@ base::Status InferenceServer::Start() {
   m.timeout = std::chrono::microseconds(int64_t(ci.timeout_ms() * 1000));
   m.params.assign(size_t(m.net->layout().total_size()), 0.f);
 
-  std::string error;
-  m.curve = wire::RunCurve(cfg, wire::Identity("learner", m.learner), &error);
-  if (!m.curve && !error.empty()) return base::InvalidArgument(error);
+  ASSIGN_OR_RETURN(m.curve, wire::RunCurve(cfg, wire::Identity("learner", m.learner)));
   m.socket = std::make_unique<zmq::socket_t>(m.ctx, zmq::socket_type::router);
   wire::ConfigureReceiver(*m.socket, cfg.cluster().max_message_bytes());
   m.socket->set(zmq::sockopt::router_mandatory, 0);

@@ -143,9 +143,11 @@ void ServeScaleRequest(SupervisorState& st) {
       const std::string identity = wire::Identity("actor", int(i));
       if (!fs::exists(st.keys_dir + "/" + identity + ".key", ec)) missing.push_back(identity);
     }
-    std::string error;
-    if (n > st.core->actors_target() && !missing.empty() && !wire::GenerateKeys(st.keys_dir, missing, &error)) {
-      answer.message = "cannot make the new actors' keys: " + error;
+    const base::Status keys = n > st.core->actors_target() && !missing.empty()
+                                  ? wire::GenerateKeys(st.keys_dir, missing)
+                                  : base::OkStatus();
+    if (!keys.ok()) {
+      answer.message = "cannot make the new actors' keys: " + keys.message();
     } else {
       answer = st.core->Scale(int(std::clamp<int64_t>(n, -1, config::kMaxActors + 1)), coordinator::Clock::now());
     }
@@ -480,18 +482,20 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   {
     // CURVE keys: made here for this run (RUN_DIR/keys), or taken from cluster.keys_dir
     // (made by `stampede keys`), where every process reads them.
-    std::string error;
+    base::Status keys;
     if (!cfg.cluster().curve()) {
       base::LogWarning("stampede: WARNING: cluster.curve is false: the run's sockets accept anyone who can "
                            "reach them (forged trajectories, parameters and statuses)\n");
-    } else if (cfg.cluster().keys_dir().empty() &&
-               !wire::GenerateKeys(wire::KeysDir(cfg), wire::RunIdentities(cfg), &error)) {
-      base::LogError("stampede: %s\n", error.c_str());
-      result.exit_code = 2;
-      return result;
+    } else if (cfg.cluster().keys_dir().empty()) {
+      keys = wire::GenerateKeys(wire::KeysDir(cfg), wire::RunIdentities(cfg));
     }
-    if (cfg.cluster().curve() && !(curve = wire::RunCurve(cfg, "coordinator", &error))) {
-      base::LogError("stampede: %s\n", error.c_str());
+    if (keys.ok() && cfg.cluster().curve()) {
+      base::StatusOr<std::shared_ptr<const wire::Curve>> loaded = wire::RunCurve(cfg, "coordinator");
+      if (loaded.ok()) curve = std::move(loaded).value();
+      else keys = loaded.status();
+    }
+    if (!keys.ok()) {
+      base::LogError("stampede: %s\n", keys.message().c_str());
       result.exit_code = 2;
       return result;
     }

@@ -18,9 +18,7 @@ base::Status RunLearnerRole(const config::Config& cfg, int task_index, int resta
                                  std::to_string(cfg.learner().num_learners()));
   }
   if (LearnerEndpoint(cfg, task_index).empty()) return base::InvalidArgument("cluster.learners has no endpoint for it");
-  std::string error;
-  auto curve = wire::RunCurve(cfg, wire::Identity("learner", task_index), &error);
-  if (!curve && !error.empty()) return base::InvalidArgument(error);
+  ASSIGN_OR_RETURN(const std::shared_ptr<const wire::Curve> curve, wire::RunCurve(cfg, wire::Identity("learner", task_index)));
   zmq::context_t ctx(1);
   const uint64_t incarnation = wire::NewIncarnation();
   // The first status goes out after Start, so the coordinator's first learner status

@@ -71,22 +71,21 @@ const Cblas& Libraries() {
     Cblas c;
     setenv("OPENBLAS_NUM_THREADS", "1", 0);
     setenv("BLIS_NUM_THREADS", "1", 0);
-    auto load = [](const char* soname, const char* set_threads, std::string* why) -> CblasSgemm {
+    // The library's cblas_sgemm, or why there is none.
+    auto load = [](const char* soname, const char* set_threads) -> base::StatusOr<CblasSgemm> {
       void* lib = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-      if (!lib) {
-        *why = std::string(soname) + " is not installed (" + dlerror() + ")";
-        return nullptr;
-      }
+      if (!lib) return base::Unavailable(std::string(soname) + " is not installed (" + dlerror() + ")");
       auto sgemm = reinterpret_cast<CblasSgemm>(dlsym(lib, "cblas_sgemm"));
-      if (!sgemm) {
-        *why = std::string(soname) + " has no cblas_sgemm";
-        return nullptr;
-      }
+      if (!sgemm) return base::Unavailable(std::string(soname) + " has no cblas_sgemm");
       if (auto threads = reinterpret_cast<void (*)(int)>(dlsym(lib, set_threads))) threads(1);
       return sgemm;
     };
-    c.openblas = load("libopenblas.so.0", "openblas_set_num_threads", &c.why_openblas);
-    c.blis = load("libblis.so.4", "bli_thread_set_num_threads", &c.why_blis);
+    const auto openblas = load("libopenblas.so.0", "openblas_set_num_threads");
+    const auto blis = load("libblis.so.4", "bli_thread_set_num_threads");
+    c.openblas = openblas.ok() ? *openblas : nullptr;
+    c.why_openblas = openblas.status().message();
+    c.blis = blis.ok() ? *blis : nullptr;
+    c.why_blis = blis.status().message();
     return c;
   }();
   return libs;

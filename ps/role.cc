@@ -28,9 +28,7 @@ base::Status RunPsRole(const config::Config& cfg, int task_index, int restarts, 
     return base::InvalidArgument("task index " + std::to_string(task_index) + ", but cluster.ps lists " +
                                  std::to_string(cfg.cluster().ps_size()) + " endpoints");
   }
-  std::string error;
-  auto curve = wire::RunCurve(cfg, wire::Identity("ps", task_index), &error);
-  if (!curve && !error.empty()) return base::InvalidArgument(error);
+  ASSIGN_OR_RETURN(const std::shared_ptr<const wire::Curve> curve, wire::RunCurve(cfg, wire::Identity("ps", task_index)));
   zmq::context_t ctx(1);
   // CURVE: gets from actors and learners, puts (checked per request) from learners.
   std::unique_ptr<wire::ZapHandler> zap;
@@ -86,7 +84,9 @@ base::Status RunPsRole(const config::Config& cfg, int task_index, int restarts, 
                               wire::MakeSender(wire::ROLE_PS, task_index, opt.incarnation), curve.get(),
                               cfg.cluster().control(), &stop);
   Shard shard(ctx, opt);
-  if (!shard.Bind(BindEndpoint(cfg, cfg.cluster().ps(task_index)), &error)) return base::InvalidArgument(error);
+  if (const base::Status bound = shard.Bind(BindEndpoint(cfg, cfg.cluster().ps(task_index))); !bound.ok()) {
+    return base::InvalidArgument(bound.message());
+  }
   std::thread server([&] { shard.Run(stop); });
   auto report = [&](const char* activity) {
     wire::Status& s = channel.status();

@@ -82,15 +82,14 @@ Shard::Shard(zmq::context_t& ctx, ShardOptions opt)
 
 Shard::~Shard() = default;
 
-bool Shard::Bind(const std::string& endpoint, std::string* error) {
+base::Status Shard::Bind(const std::string& endpoint) {
   try {
     if (opt_.curve != nullptr) opt_.curve->MakeServer(socket_, wire::kDomainParams, endpoint);
     socket_.bind(endpoint);
   } catch (const zmq::error_t& e) {
-    *error = "ps shard " + std::to_string(opt_.shard) + ": cannot bind " + endpoint + ": " + e.what();
-    return false;
+    return base::Unavailable("ps shard " + std::to_string(opt_.shard) + ": cannot bind " + endpoint + ": " + e.what());
   }
-  return true;
+  return base::OkStatus();
 }
 
 std::string Shard::endpoint() const { return socket_.get(zmq::sockopt::last_endpoint); }

@@ -20,6 +20,7 @@
 
 #include "net/kernel_math.h"
 #include "base/log_limit.h"
+#include "base/status.h"
 #include "wire/messages.pb.h"
 
 namespace stampede::wire {
@@ -77,8 +78,8 @@ class Shard {
  public:
   Shard(zmq::context_t& ctx, ShardOptions opt);
   ~Shard();
-  // Binds the ROUTER socket; returns false with `error` set if the endpoint is taken.
-  [[nodiscard]] bool Bind(const std::string& endpoint, std::string* error);
+  // Binds the ROUTER socket; Unavailable if the endpoint is taken.
+  [[nodiscard]] base::Status Bind(const std::string& endpoint);
   std::string endpoint() const;  // the bound endpoint (resolves "tcp://...:*")
   // Serves until `stop` is set (checked every 100 ms).
   void Run(const std::atomic<bool>& stop);

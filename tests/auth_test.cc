@@ -19,6 +19,7 @@
 #include "wire/auth.h"
 #include "wire/zmq_util.h"
 #include "tests/wait.h"
+#include "tests/status_testing.h"
 
 using namespace stampede;
 namespace fs = std::filesystem;
@@ -32,11 +33,9 @@ std::string TempDir(const std::string& name) {
 }
 
 std::shared_ptr<const wire::Curve> Load(const std::string& dir, const std::string& id) {
-  std::string error;
-  auto c = wire::Curve::Load(dir, id, &error);
-  INFO(error);
-  REQUIRE(c);
-  return c;
+  auto c = wire::Curve::Load(dir, id);
+  REQUIRE_OK(c);
+  return *c;
 }
 
 // A learner's trajectory socket, set up as the learner sets it up: the run's keys in
@@ -60,8 +59,7 @@ struct TrajectoryServer {
 
 TEST_CASE("auth: keys are private files, and a damaged key file is named in the error", "[auth]") {
   const std::string dir = TempDir("modes");
-  std::string error;
-  REQUIRE(wire::GenerateKeys(dir, {"coordinator", "actor-0"}, &error));
+  REQUIRE_OK(wire::GenerateKeys(dir, {"coordinator", "actor-0"}));
   struct stat st {};
   REQUIRE(::stat(dir.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
@@ -72,8 +70,9 @@ TEST_CASE("auth: keys are private files, and a damaged key file is named in the 
   auto c = Load(dir, "actor-0");
   CHECK(c->peers().size() == 2);
   { std::ofstream(dir + "/actor-0.key") << "public short\nsecret short\n"; }
-  CHECK(wire::Curve::Load(dir, "actor-0", &error) == nullptr);
-  CHECK(error.find(dir + "/actor-0.key") != std::string::npos);
+  const auto damaged = wire::Curve::Load(dir, "actor-0");
+  CHECK_FALSE(damaged.ok());
+  CHECK_THAT(damaged.status().message(), Catch::Contains(dir + "/actor-0.key"));
   CHECK(wire::IdentityRole("actor-12") == "actor");
   CHECK(wire::IdentityRole("coordinator") == "coordinator");
   CHECK(wire::IdentityRole("-3").empty());
@@ -82,10 +81,9 @@ TEST_CASE("auth: keys are private files, and a damaged key file is named in the 
 
 TEST_CASE("auth: the PS takes puts from learners only and connections from the run's keys only", "[auth]") {
   const std::string dir = TempDir("ps"), outside = TempDir("outsider");
-  std::string error;
-  REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}, &error));
+  REQUIRE_OK(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}));
   // An outsider's key pair under a run identity's name: ZAP goes by key, not by name.
-  REQUIRE(wire::GenerateKeys(outside, {"learner-0"}, &error));
+  REQUIRE_OK(wire::GenerateKeys(outside, {"learner-0"}));
   fs::copy_file(dir + "/ps-0.pub", outside + "/ps-0.pub");
 
   zmq::context_t server_ctx(1), client_ctx(1);
@@ -143,8 +141,7 @@ TEST_CASE("auth: the PS takes puts from learners only and connections from the r
 
 TEST_CASE("auth: the trajectory socket accepts actors only and names each message's sender", "[auth]") {
   const std::string dir = TempDir("traj");
-  std::string error;
-  REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}, &error));
+  REQUIRE_OK(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}));
   zmq::context_t client_ctx(1);
   TrajectoryServer server(dir, "tcp://127.0.0.1:*");
   wire::ZapHandler& zap = server.zap;
@@ -182,8 +179,7 @@ TEST_CASE("auth: the trajectory socket accepts actors only and names each messag
 TEST_CASE("auth: a running server takes an actor whose keys were added to the run's keys after it started", "[auth]") {
   // `stampede scale` makes keys for the actors it adds while every server runs.
   const std::string dir = TempDir("added"), outside = TempDir("added-outsider");
-  std::string error;
-  REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "actor-0"}, &error));
+  REQUIRE_OK(wire::GenerateKeys(dir, {"coordinator", "learner-0", "actor-0"}));
   zmq::context_t client_ctx(1);
   TrajectoryServer server(dir, "tcp://127.0.0.1:*");
   wire::ZapHandler& zap = server.zap;
@@ -192,7 +188,7 @@ TEST_CASE("auth: a running server takes an actor whose keys were added to the ru
   pull.set(zmq::sockopt::rcvtimeo, 5000);
 
   // An identity that is not in the run's directory: refused.
-  REQUIRE(wire::GenerateKeys(outside, {"actor-6"}, &error));
+  REQUIRE_OK(wire::GenerateKeys(outside, {"actor-6"}));
   fs::copy_file(dir + "/learner-0.pub", outside + "/learner-0.pub");
   {
     zmq::socket_t push(client_ctx, zmq::socket_type::push);
@@ -204,7 +200,7 @@ TEST_CASE("auth: a running server takes an actor whose keys were added to the ru
     REQUIRE(testing::WaitUntil([&] { return zap.rejected() > 0; }));
   }
   // Actor 5's keys made now, in the run's directory: it gets in, as itself.
-  REQUIRE(wire::GenerateKeys(dir, {"actor-5"}, &error));
+  REQUIRE_OK(wire::GenerateKeys(dir, {"actor-5"}));
   zmq::socket_t push(client_ctx, zmq::socket_type::push);
   wire::ConfigureSender(push, 10, 0);
   push.set(zmq::sockopt::linger, 500);
@@ -229,22 +225,22 @@ TEST_CASE("auth: a local peer's identity comes from its credentials and the envi
     return {};
   };
   std::string why;
-  CHECK(wire::LocalPeerIdentity("localhost:1000:100:4242", 1000, environ_of, &why) == "actor-3");
+  CHECK(testing::ValueOr(wire::LocalPeerIdentity("localhost:1000:100:4242", 1000, environ_of), &why) == "actor-3");
   // Another user's process, even naming an identity.
-  CHECK(wire::LocalPeerIdentity("localhost:1001:100:4242", 1000, environ_of, &why).empty());
+  CHECK(testing::ValueOr(wire::LocalPeerIdentity("localhost:1001:100:4242", 1000, environ_of), &why).empty());
   CHECK_THAT(why, Catch::Contains("user 1001") && Catch::Contains("1000"));
   // Names that only contain the variable's name are not it.
-  CHECK(wire::LocalPeerIdentity("localhost:1000:100:4343", 1000, environ_of, &why).empty());
+  CHECK(testing::ValueOr(wire::LocalPeerIdentity("localhost:1000:100:4343", 1000, environ_of), &why).empty());
   CHECK_THAT(why, Catch::Contains("STAMPEDE_IDENTITY is not in its environment"));
-  CHECK(wire::LocalPeerIdentity("localhost:1000:100:7", 1000, environ_of, &why).empty());
+  CHECK(testing::ValueOr(wire::LocalPeerIdentity("localhost:1000:100:7", 1000, environ_of), &why).empty());
   CHECK_THAT(why, Catch::Contains("process 7"));
   // No credentials (a TCP peer's address) or a malformed tail.
   for (const char* address : {"127.0.0.1", "", "localhost:1000:100:", "localhost:x:100:4242", ":1000:4242"}) {
     INFO(address);
-    CHECK(wire::LocalPeerIdentity(address, 1000, environ_of, &why).empty());
+    CHECK(testing::ValueOr(wire::LocalPeerIdentity(address, 1000, environ_of), &why).empty());
     CHECK_THAT(why, Catch::Contains("no peer credentials"));
   }
-  CHECK(wire::LocalPeerIdentity("localhost:1000:100:0", 1000, environ_of, &why).empty());
+  CHECK(testing::ValueOr(wire::LocalPeerIdentity("localhost:1000:100:0", 1000, environ_of), &why).empty());
 }
 
 namespace {
@@ -286,8 +282,7 @@ TEST_CASE("auth helper: an ipc client sends one message", "[.auth-helper]") {
 
 TEST_CASE("auth: an ipc:// socket takes the run's actors by their credentials and refuses other processes", "[auth]") {
   const std::string dir = TempDir("ipc");
-  std::string error;
-  REQUIRE(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}, &error));
+  REQUIRE_OK(wire::GenerateKeys(dir, {"coordinator", "learner-0", "ps-0", "actor-0"}));
   zmq::context_t client_ctx(1);
   TrajectoryServer server(dir, "ipc://" + dir + "/trajectories");
   wire::ZapHandler& zap = server.zap;

@@ -41,8 +41,7 @@ struct PausableShards {
       so.shard = s;
       so.num_shards = n;
       shards.push_back(std::make_unique<ps::Shard>(ctx, so));
-      std::string error;
-      REQUIRE(shards.back()->Bind("tcp://127.0.0.1:*", &error));
+      REQUIRE(shards.back()->Bind("tcp://127.0.0.1:*").ok());
       endpoints.push_back(shards.back()->endpoint());
       stops.push_back(std::make_unique<std::atomic<bool>>(false));
       threads.emplace_back();

@@ -29,8 +29,7 @@ struct InProcessShards {
       so.num_shards = n;
       so.versions_kept = versions_kept;
       shards.push_back(std::make_unique<ps::Shard>(ctx, so));
-      std::string error;
-      REQUIRE(shards.back()->Bind("tcp://127.0.0.1:*", &error));
+      REQUIRE(shards.back()->Bind("tcp://127.0.0.1:*").ok());
       endpoints.push_back(shards.back()->endpoint());
     }
     for (auto& s : shards) threads.emplace_back([&s, this] { s->Run(stop); });

@@ -40,9 +40,8 @@ double Broadcast(int64_t floats, int shards, int clients, int rounds, bool bfloa
     so.versions_kept = 2;
     so.max_message_bytes = int64_t(floats) * 4 + (1 << 20);
     servers.push_back(std::make_unique<ps::Shard>(*shard_ctx.back(), so));
-    std::string error;
-    if (!servers.back()->Bind("tcp://127.0.0.1:*", &error)) {
-      base::LogError("bench: %s\n", error.c_str());
+    if (const base::Status bound = servers.back()->Bind("tcp://127.0.0.1:*"); !bound.ok()) {
+      base::LogError("bench: %s\n", bound.message().c_str());
       return -1;
     }
     endpoints.push_back(servers.back()->endpoint());

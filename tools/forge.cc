@@ -271,21 +271,27 @@ int main(int argc, char** argv) {
       // An outsider: a key pair of its own, and the servers' public keys (public).
       const std::string own = (std::filesystem::temp_directory_path() / ("stampede-forge-" + std::to_string(::getpid()))).string();
       std::filesystem::remove_all(own);
-      if (!wire::GenerateKeys(own, {"outsider"}, &error)) {
-        base::LogError("forge: %s\n", error.c_str());
+      if (const base::Status made = wire::GenerateKeys(own, {"outsider"}); !made.ok()) {
+        base::LogError("forge: %s\n", made.message().c_str());
         return 2;
       }
       for (const auto& e : std::filesystem::directory_iterator(keys)) {
         if (e.path().extension() == ".pub") std::filesystem::copy_file(e.path(), own + "/" + e.path().filename().string());
       }
-      a.curve = wire::Curve::Load(own, "outsider", &error);
+      auto loaded = wire::Curve::Load(own, "outsider");
       std::filesystem::remove_all(own);
+      if (!loaded.ok()) {
+        base::LogError("forge: %s\n", loaded.status().message().c_str());
+        return 2;
+      }
+      a.curve = std::move(loaded).value();
     } else {
-      a.curve = wire::Curve::Load(keys, key, &error);
-    }
-    if (!a.curve) {
-      base::LogError("forge: %s\n", error.c_str());
-      return 2;
+      auto loaded = wire::Curve::Load(keys, key);
+      if (!loaded.ok()) {
+        base::LogError("forge: %s\n", loaded.status().message().c_str());
+        return 2;
+      }
+      a.curve = std::move(loaded).value();
     }
   }
   if (what == "put-nan" || what == "put-finite") return ForgePuts(a, what == "put-nan", count);

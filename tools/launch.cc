@@ -129,9 +129,9 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
     return fail("--learner-gres and --learner-constraint: give one (a GPU, or a node feature)");
   }
   if (opt.stampede_exe.empty()) opt.stampede_exe = coordinator::SelfExePath();
-  std::vector<std::vector<std::string>> points;
-  std::string error;
-  if (!GridPoints(opt.sweep_grids, &points, &error)) return fail(error);
+  const base::StatusOr<std::vector<std::vector<std::string>>> grid = GridPoints(opt.sweep_grids);
+  if (!grid.ok()) return fail(grid.status().message());
+  const std::vector<std::vector<std::string>>& points = *grid;
   const std::string root = fs::absolute(opt.run_dir).lexically_normal().string();
   std::error_code ec;
   fs::create_directories(root, ec);

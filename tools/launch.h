@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace stampede::tools {
 
 struct SlurmLaunchOptions {
@@ -61,9 +63,8 @@ struct K8sLaunchOptions {
   std::string keys_dir;             // "" : fresh keys; else these (the golden tests pin them)
 };
 
-// The manifests, file name -> text. False with the reason for a bad config or options.
-bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string, std::string>>* files,
-                  std::string* error);
+// The manifests, file name -> text; an error for a bad config or options.
+base::Status K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string, std::string>>* files);
 
 int LaunchK8s(const K8sLaunchOptions& opt);
 

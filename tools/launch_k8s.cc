@@ -142,23 +142,19 @@ std::string Memory(int64_t bytes) { return std::to_string((bytes + (1 << 20) - 1
 
 }  // namespace
 
-bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string, std::string>>* files,
-                  std::string* error) {
+base::Status K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string, std::string>>* files) {
   std::vector<std::string> sets = opt.sets;
   if (opt.actors > 0) sets.push_back("actors.num_actors=" + std::to_string(opt.actors));
   LoadedConfig loaded;
   if (const base::Status st = LoadConfig(opt.config_path, sets, &loaded); !st.ok()) {
-    *error = st.message();
-    return false;
+    return base::InvalidArgument(st.message());
   }
   if (opt.learner_gpus < 0) {
-    *error = "--learner-gpus must be 0 or more";
-    return false;
+    return base::InvalidArgument("--learner-gpus must be 0 or more");
   }
   if (opt.max_actors > config::kMaxActors) {
-    *error = "--max-actors " + std::to_string(opt.max_actors) + " is above the most a run takes (" +
-             std::to_string(config::kMaxActors) + ")";
-    return false;
+    return base::InvalidArgument("--max-actors " + std::to_string(opt.max_actors) + " is above the most a run takes (" +
+             std::to_string(config::kMaxActors) + ")");
   }
   config::Config cfg = loaded.config;
   Writer w;
@@ -166,16 +162,14 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   w.ns = Label(opt.ns);
   w.image = opt.image;
   if (w.name.empty() || w.ns.empty() || opt.image.empty()) {
-    *error = "--name, --namespace and --image must not be empty";
-    return false;
+    return base::InvalidArgument("--name, --namespace and --image must not be empty");
   }
   // Each learner pod gets its own GPUs; learner.device "cuda" puts the learner on its pod's
   // GPU (learner i on GPU i mod the GPUs the pod sees: the first, with one per pod).
   if (opt.learner_gpus > 0) cfg.mutable_learner()->set_device("cuda");
   // The spec the actors' env has, resolved here, so every pod reads one finished config.
   if (const base::Status resolved = coordinator::ResolveEnvSpec(coordinator::SelfExePath(), &cfg); !resolved.ok()) {
-    *error = resolved.message();
-    return false;
+    return base::InvalidArgument(resolved.message());
   }
   const std::string domain = "." + w.ns + ".svc.cluster.local";
   auto* cl = cfg.mutable_cluster();
@@ -218,7 +212,7 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
   if (cl->curve() && keys_dir.empty()) {
     scratch = (fs::temp_directory_path() / ("stampede-k8s-keys-" + std::to_string(::getpid()))).string();
     fs::remove_all(scratch);
-    if (!wire::GenerateKeys(scratch, identities, error)) return false;
+    RETURN_IF_ERROR(wire::GenerateKeys(scratch, identities));
     keys_dir = scratch;
   }
   std::ostringstream secret;
@@ -228,9 +222,8 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
       for (const char* ext : {".key", ".pub"}) {
         const std::string path = keys_dir + "/" + id + ext;
         if (!fs::exists(path)) {
-          *error = "keys: " + path + " is missing";
           if (!scratch.empty()) fs::remove_all(scratch);
-          return false;
+          return base::InvalidArgument("keys: " + path + " is missing");
         }
         secret << "  " << id << ext << ": " << Base64(Slurp(path)) << "\n";
       }
@@ -315,18 +308,17 @@ bool K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std::string
         << w.PodSpec("coordinator", "exec stampede coordinator " + config_file + " --run-dir " + kRunDir, "", "Never",
                      {{"status", kStatusPort}, {"control", kControlPort}}, "500m", "256Mi", 0, "");
   files->push_back({"08-coordinator.yaml", coord.str()});
-  return true;
+  return base::OkStatus();
 }
 
 int LaunchK8s(const K8sLaunchOptions& opt) {
   std::vector<std::pair<std::string, std::string>> files;
-  std::string error;
   if (opt.out_dir.empty()) {
     base::LogError("stampede launch k8s: --out DIR is required\n");
     return 2;
   }
-  if (!K8sManifests(opt, &files, &error)) {
-    base::LogError("stampede launch k8s: %s\n", error.c_str());
+  if (const base::Status made = K8sManifests(opt, &files); !made.ok()) {
+    base::LogError("stampede launch k8s: %s\n", made.message().c_str());
     return 2;
   }
   std::error_code ec;

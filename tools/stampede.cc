@@ -370,10 +370,9 @@ int main(int argc, char** argv) {
   if (keys->parsed()) {
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
-    std::string error;
     const auto ids = stampede::wire::RunIdentities(loaded.config);
-    if (!stampede::wire::GenerateKeys(keys_dir, ids, &error)) {
-      stampede::base::LogError("stampede keys: %s\n", error.c_str());
+    if (const stampede::base::Status made = stampede::wire::GenerateKeys(keys_dir, ids); !made.ok()) {
+      stampede::base::LogError("stampede keys: %s\n", made.message().c_str());
       return 2;
     }
     std::printf("stampede keys: %zu keypairs in %s (", ids.size(), keys_dir.c_str());

@@ -35,22 +35,19 @@ struct RunResult {
   int64_t frames = 0, frames_to_target = -1;
 };
 
-bool ParseGrid(const std::string& g, Axis* axis, std::string* error) {
+base::StatusOr<Axis> ParseGrid(const std::string& g) {
   const auto eq = g.find('=');
   if (eq == std::string::npos || eq == 0 || eq + 1 == g.size()) {
-    *error = "--grid " + g + ": expected field=v1,v2,...";
-    return false;
+    return base::InvalidArgument("--grid " + g + ": expected field=v1,v2,...");
   }
-  axis->field = g.substr(0, eq);
+  Axis axis;
+  axis.field = g.substr(0, eq);
   std::stringstream ss(g.substr(eq + 1));
   for (std::string v; std::getline(ss, v, ',');) {
-    if (v.empty()) {
-      *error = "--grid " + g + ": an empty value";
-      return false;
-    }
-    axis->values.push_back(v);
+    if (v.empty()) return base::InvalidArgument("--grid " + g + ": an empty value");
+    axis.values.push_back(v);
   }
-  return true;
+  return axis;
 }
 
 // Final, best and frames-to-target from a run's metrics.jsonl; frames to the config's own
@@ -113,36 +110,34 @@ std::string MeanStd(const std::vector<double>& v, int digits = 2) {
 
 }  // namespace
 
-bool GridPoints(const std::vector<std::string>& grids, std::vector<std::vector<std::string>>* points,
-                std::string* error) {
+base::StatusOr<std::vector<std::vector<std::string>>> GridPoints(const std::vector<std::string>& grids) {
   std::vector<Axis> axes;
   for (const auto& g : grids) {
-    Axis a;
-    if (!ParseGrid(g, &a, error)) return false;
-    axes.push_back(a);
+    ASSIGN_OR_RETURN(Axis a, ParseGrid(g));
+    axes.push_back(std::move(a));
   }
-  *points = std::vector<std::vector<std::string>>(1);
+  std::vector<std::vector<std::string>> points(1);
   for (const Axis& a : axes) {
     std::vector<std::vector<std::string>> next;
-    for (const auto& p : *points) {
+    for (const auto& p : points) {
       for (const auto& v : a.values) {
         auto q = p;
         q.push_back(a.field + "=" + v);
         next.push_back(q);
       }
     }
-    *points = next;
+    points = next;
   }
-  return true;
+  return points;
 }
 
 int RunSweep(const SweepOptions& opt) {
-  std::string error;
-  std::vector<std::vector<std::string>> points;
-  if (!GridPoints(opt.grids, &points, &error)) {
-    base::LogError("stampede sweep: %s\n", error.c_str());
+  const base::StatusOr<std::vector<std::vector<std::string>>> grid = GridPoints(opt.grids);
+  if (!grid.ok()) {
+    base::LogError("stampede sweep: %s\n", grid.status().message().c_str());
     return 2;
   }
+  const std::vector<std::vector<std::string>>& points = *grid;
   std::vector<std::string> fields;  // the tables' columns: each grid's field
   for (const auto& g : opt.grids) fields.push_back(g.substr(0, g.find('=')));
   // Every point must make a valid config before anything runs.

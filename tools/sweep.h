@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
+
 namespace stampede::tools {
 
 struct SweepOptions {
@@ -24,9 +26,8 @@ struct SweepOptions {
 int RunSweep(const SweepOptions& opt);
 
 // The points of a grid: the product of the "field=v1,v2,..." lists, each point the
-// "field=v" overrides in --grid order (one empty point for no grids). False with the
-// reason for a malformed list.
-bool GridPoints(const std::vector<std::string>& grids, std::vector<std::vector<std::string>>* points,
-                std::string* error);
+// "field=v" overrides in --grid order (one empty point for no grids); an error for a
+// malformed list.
+base::StatusOr<std::vector<std::vector<std::string>>> GridPoints(const std::vector<std::string>& grids);
 
 }  // namespace stampede::tools

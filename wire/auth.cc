@@ -34,38 +34,28 @@ namespace {
 
 constexpr size_t kZ85KeyChars = 40;
 
-bool WritePrivateFile(const std::string& path, const std::string& text, std::string* error) {
+base::Status WritePrivateFile(const std::string& path, const std::string& text) {
   // Created 0600 from the start (never readable by others, even briefly).
   ::unlink(path.c_str());
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) {
-    *error = path + ": cannot create: " + std::strerror(errno);
-    return false;
-  }
+  if (fd < 0) return base::InvalidArgument(path + ": cannot create: " + std::strerror(errno));
   const ssize_t w = ::write(fd, text.data(), text.size());
   const int write_errno = errno;
   if (::close(fd) != 0 || w != ssize_t(text.size())) {
-    *error = path + ": write failed: " + std::strerror(w < 0 ? write_errno : ENOSPC);
     ::unlink(path.c_str());
-    return false;
+    return base::Internal(path + ": write failed: " + std::strerror(w < 0 ? write_errno : ENOSPC));
   }
-  return true;
+  return base::OkStatus();
 }
 
-bool ReadSmallFile(const std::string& path, std::string* text, std::string* error) {
+base::StatusOr<std::string> ReadSmallFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = path + ": cannot read: " + std::strerror(errno);
-    return false;
-  }
+  if (!in) return base::InvalidArgument(path + ": cannot read: " + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
-  *text = ss.str();
-  if (text->size() > 4096) {
-    *error = path + ": not a key file (over 4 KiB)";
-    return false;
-  }
-  return true;
+  std::string text = ss.str();
+  if (text.size() > 4096) return base::InvalidArgument(path + ": not a key file (over 4 KiB)");
+  return text;
 }
 
 bool ValidZ85Key(const std::string& key) {
@@ -92,39 +82,31 @@ std::string ReadEnviron(int64_t pid) {
 
 }  // namespace
 
-bool GenerateKeys(const std::string& dir, const std::vector<std::string>& identities, std::string* error) {
+base::Status GenerateKeys(const std::string& dir, const std::vector<std::string>& identities) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) {
-    *error = dir + ": cannot create the keys directory: " + ec.message();
-    return false;
-  }
+  if (ec) return base::InvalidArgument(dir + ": cannot create the keys directory: " + ec.message());
   if (::chmod(dir.c_str(), 0700) != 0) {
-    *error = dir + ": cannot make the keys directory private: " + std::strerror(errno);
-    return false;
+    return base::InvalidArgument(dir + ": cannot make the keys directory private: " + std::strerror(errno));
   }
   for (const std::string& id : identities) {
     char pub[kZ85KeyChars + 1], sec[kZ85KeyChars + 1];
     if (zmq_curve_keypair(pub, sec) != 0) {
-      *error = "cannot make a CURVE keypair (libzmq without CURVE?): " + std::string(zmq_strerror(zmq_errno()));
-      return false;
+      return base::Internal("cannot make a CURVE keypair (libzmq without CURVE?): " +
+                            std::string(zmq_strerror(zmq_errno())));
     }
-    if (!WritePrivateFile(dir + "/" + id + ".key", std::string("public ") + pub + "\nsecret " + sec + "\n", error) ||
-        !WritePrivateFile(dir + "/" + id + ".pub", std::string(pub) + "\n", error)) {
-      return false;
-    }
+    RETURN_IF_ERROR(WritePrivateFile(dir + "/" + id + ".key", std::string("public ") + pub + "\nsecret " + sec + "\n"));
+    RETURN_IF_ERROR(WritePrivateFile(dir + "/" + id + ".pub", std::string(pub) + "\n"));
   }
-  return true;
+  return base::OkStatus();
 }
 
-std::shared_ptr<const Curve> Curve::Load(const std::string& dir, const std::string& identity,
-                                         std::string* error) {
+base::StatusOr<std::shared_ptr<const Curve>> Curve::Load(const std::string& dir, const std::string& identity) {
   auto c = std::make_shared<Curve>();
   c->dir_ = dir;
   c->identity_ = identity;
-  std::string text;
   const std::string key_path = dir + "/" + identity + ".key";
-  if (!ReadSmallFile(key_path, &text, error)) return nullptr;
+  ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(key_path));
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
@@ -132,34 +114,28 @@ std::shared_ptr<const Curve> Curve::Load(const std::string& dir, const std::stri
     if (line.rfind("secret ", 0) == 0) c->secret_key_ = Trim(line.substr(7));
   }
   if (!ValidZ85Key(c->public_key_) || !ValidZ85Key(c->secret_key_)) {
-    *error = key_path + ": not a key file (expected 'public <40 Z85 chars>' and 'secret <40 Z85 chars>' lines)";
-    return nullptr;
+    return base::InvalidArgument(key_path +
+                                 ": not a key file (expected 'public <40 Z85 chars>' and 'secret <40 Z85 chars>' lines)");
   }
-  if (!ReadPublicKeys(dir, &c->peers_, error)) return nullptr;
-  return c;
+  ASSIGN_OR_RETURN(c->peers_, ReadPublicKeys(dir));
+  return std::shared_ptr<const Curve>(std::move(c));
 }
 
-bool ReadPublicKeys(const std::string& dir, std::map<std::string, std::string>* keys, std::string* error) {
+base::StatusOr<std::map<std::string, std::string>> ReadPublicKeys(const std::string& dir) {
   std::map<std::string, std::string> out;
-  std::string text;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path p = it->path();
     if (p.extension() != ".pub") continue;
-    if (!ReadSmallFile(p.string(), &text, error)) return false;
+    ASSIGN_OR_RETURN(const std::string text, ReadSmallFile(p.string()));
     const std::string key = Trim(text);
     if (!ValidZ85Key(key)) {
-      *error = p.string() + ": not a public key file (expected 40 Z85 characters)";
-      return false;
+      return base::InvalidArgument(p.string() + ": not a public key file (expected 40 Z85 characters)");
     }
     out[p.stem().string()] = key;
   }
-  if (ec) {
-    *error = dir + ": cannot list the keys directory: " + ec.message();
-    return false;
-  }
-  *keys = std::move(out);
-  return true;
+  if (ec) return base::InvalidArgument(dir + ": cannot list the keys directory: " + ec.message());
+  return out;
 }
 
 bool IsIpcEndpoint(const std::string& endpoint) { return endpoint.rfind("ipc://", 0) == 0; }
@@ -186,33 +162,29 @@ void Curve::MakeClient(zmq::socket_t& socket, const std::string& server_identity
   socket.set(zmq::sockopt::curve_secretkey, secret_key_);
 }
 
-std::string LocalPeerIdentity(const std::string& address, uint32_t uid,
-                              const std::function<std::string(int64_t pid)>& environ_of, std::string* why) {
+base::StatusOr<std::string> LocalPeerIdentity(const std::string& address, uint32_t uid,
+                                              const std::function<std::string(int64_t pid)>& environ_of) {
   // "...:UID:GID:PID": the last three fields.
   int64_t fields[3] = {-1, -1, -1};
   size_t end = address.size();
   for (int f = 2; f >= 0; --f) {
     const size_t colon = address.rfind(':', end == 0 ? 0 : end - 1);
     if (colon == std::string::npos || colon + 1 >= end) {
-      *why = "no peer credentials in the connection's address '" + address + "'";
-      return {};
+      return base::InvalidArgument("no peer credentials in the connection's address '" + address + "'");
     }
     const std::string digits = address.substr(colon + 1, end - colon - 1);
     if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos) {
-      *why = "no peer credentials in the connection's address '" + address + "'";
-      return {};
+      return base::InvalidArgument("no peer credentials in the connection's address '" + address + "'");
     }
     fields[f] = std::stoll(digits);
     end = colon;
   }
   const int64_t peer_uid = fields[0], pid = fields[2];
   if (peer_uid != int64_t(uid)) {
-    *why = "a process of user " + std::to_string(peer_uid) + " (the run's user is " + std::to_string(uid) + ")";
-    return {};
+    return base::InvalidArgument("a process of user " + std::to_string(peer_uid) + " (the run's user is " + std::to_string(uid) + ")");
   }
   if (pid <= 0) {
-    *why = "a process whose id the kernel did not give";
-    return {};
+    return base::InvalidArgument("a process whose id the kernel did not give");
   }
   const std::string env = environ_of(pid);
   const std::string key = std::string(kIdentityEnv) + "=";
@@ -222,8 +194,7 @@ std::string LocalPeerIdentity(const std::string& address, uint32_t uid,
     if (env.compare(at, key.size(), key) == 0 && nul > at + key.size()) return env.substr(at + key.size(), nul - at - key.size());
     at = nul + 1;
   }
-  *why = "process " + std::to_string(pid) + ", which names no identity (" + kIdentityEnv + " is not in its environment)";
-  return {};
+  return base::InvalidArgument("process " + std::to_string(pid) + ", which names no identity (" + kIdentityEnv + " is not in its environment)");
 }
 
 std::string PeerIdentity(const zmq::message_t& msg) {
@@ -246,24 +217,20 @@ std::vector<std::string> RunIdentities(const config::Config& cfg) {
   return ids;
 }
 
-std::shared_ptr<const Curve> RunCurve(const config::Config& cfg, const std::string& identity,
-                                      std::string* error) {
-  error->clear();
-  if (!cfg.cluster().curve()) return nullptr;
+base::StatusOr<std::shared_ptr<const Curve>> RunCurve(const config::Config& cfg, const std::string& identity) {
+  if (!cfg.cluster().curve()) return std::shared_ptr<const Curve>();
   const std::string dir = KeysDir(cfg);
   if (dir.empty()) {
-    *error = "cluster.curve is on but there are no keys: set cluster.keys_dir to a directory made by "
-             "`stampede keys CONFIG DIR` (or run_dir to a run that `stampede run` made), or set "
-             "cluster.curve: false";
-    return nullptr;
+    return base::InvalidArgument(
+        "cluster.curve is on but there are no keys: set cluster.keys_dir to a directory made by "
+        "`stampede keys CONFIG DIR` (or run_dir to a run that `stampede run` made), or set "
+        "cluster.curve: false");
   }
-  auto curve = Curve::Load(dir, identity, error);
-  if (!curve) return nullptr;
+  ASSIGN_OR_RETURN(std::shared_ptr<const Curve> curve, Curve::Load(dir, identity));
   for (const std::string& id : RunIdentities(cfg)) {
     if (!curve->peers().count(id)) {
-      *error = dir + ": no public key for " + id + " (" + id + ".pub); the keys were made for another config? "
-               "Make them again with `stampede keys`";
-      return nullptr;
+      return base::InvalidArgument(dir + ": no public key for " + id + " (" + id +
+                                   ".pub); the keys were made for another config? Make them again with `stampede keys`");
     }
   }
   return curve;
@@ -313,15 +280,14 @@ bool ZapHandler::Rescan() {
   const auto now = std::chrono::steady_clock::now();
   if (mtime == dir_mtime_ns_ && now - last_scan_ < std::chrono::seconds(1)) return false;
   last_scan_ = now;
-  std::map<std::string, std::string> peers;
-  std::string error;
-  if (!ReadPublicKeys(keys_dir_, &peers, &error)) {
+  const base::StatusOr<std::map<std::string, std::string>> peers = ReadPublicKeys(keys_dir_);
+  if (!peers.ok()) {
     base::LogError("%s: the keys directory changed but cannot be read again (the keys known stay): %s\n",
-                 log_prefix_.c_str(), error.c_str());
+                 log_prefix_.c_str(), peers.status().message().c_str());
     return false;
   }
   dir_mtime_ns_ = mtime;
-  SetKeys(peers);
+  SetKeys(*peers);
   return true;
 }
 
@@ -363,7 +329,9 @@ void ZapHandler::Serve() {
     if (mechanism == "NULL") {
       // An ipc:// server (MakeServer): the peer's identity from its credentials; it must
       // be one of the run's (its key is in the keys directory, as for CURVE).
-      const std::string claimed = LocalPeerIdentity(address, uint32_t(::geteuid()), ReadEnviron, &why);
+      const base::StatusOr<std::string> peer = LocalPeerIdentity(address, uint32_t(::geteuid()), ReadEnviron);
+      const std::string claimed = peer.ok() ? *peer : std::string();
+      if (!peer.ok()) why = peer.status().message();
       bool known = false;
       for (int pass = 0; pass < 2 && !claimed.empty() && !known; ++pass) {
         for (const auto& [key, id] : role_of_key_) known = known || id == claimed;

@@ -31,6 +31,8 @@
 
 #include <zmq.hpp>
 
+#include "base/status.h"
+
 namespace stampede::config {
 class Config;
 }
@@ -55,15 +57,13 @@ std::string IdentityRole(const std::string& identity);
 
 // Writes a fresh keypair for each identity into `dir` (created 0700; files 0600).
 // Existing files are replaced.
-[[nodiscard]] bool GenerateKeys(const std::string& dir, const std::vector<std::string>& identities,
-                                std::string* error);
+[[nodiscard]] base::Status GenerateKeys(const std::string& dir, const std::vector<std::string>& identities);
 
 // One process's view of the run's keys: its own pair and everyone's public key.
 class Curve {
  public:
   // Reads `identity`'s pair and every .pub file from `dir`.
-  static std::shared_ptr<const Curve> Load(const std::string& dir, const std::string& identity,
-                                           std::string* error);
+  static base::StatusOr<std::shared_ptr<const Curve>> Load(const std::string& dir, const std::string& identity);
   const std::string& identity() const { return identity_; }
   const std::string& dir() const { return dir_; }  // the keys directory it was read from
   // Public keys (Z85) by identity.
@@ -82,9 +82,9 @@ class Curve {
   std::map<std::string, std::string> peers_;
 };
 
-// Every public key in `dir` by identity ("actor-3" -> Z85); false with `error` if the
-// directory cannot be listed or a .pub file is not a key.
-[[nodiscard]] bool ReadPublicKeys(const std::string& dir, std::map<std::string, std::string>* keys, std::string* error);
+// Every public key in `dir` by identity ("actor-3" -> Z85); an error if the directory
+// cannot be listed or a .pub file is not a key.
+base::StatusOr<std::map<std::string, std::string>> ReadPublicKeys(const std::string& dir);
 
 // True for a Unix-domain endpoint ("ipc://PATH").
 bool IsIpcEndpoint(const std::string& endpoint);
@@ -92,10 +92,10 @@ bool IsIpcEndpoint(const std::string& endpoint);
 // A local peer's identity from a ZAP request's address for an ipc:// connection (libzmq
 // appends the kernel's ":UID:GID:PID"): the peer must run as `uid`, and its identity is
 // kIdentityEnv in the environment it started with (`environ_of(pid)`: /proc/PID/environ,
-// NUL-separated). Empty with `why` when the address has no credentials, the user differs
-// or the process names no identity.
-std::string LocalPeerIdentity(const std::string& address, uint32_t uid,
-                              const std::function<std::string(int64_t pid)>& environ_of, std::string* why);
+// NUL-separated). An error saying why when the address has no credentials, the user
+// differs or the process names no identity.
+base::StatusOr<std::string> LocalPeerIdentity(const std::string& address, uint32_t uid,
+                                              const std::function<std::string(int64_t pid)>& environ_of);
 
 // The peer identity ZAP gave the connection `msg` came on; empty without CURVE.
 std::string PeerIdentity(const zmq::message_t& msg);
@@ -141,10 +141,9 @@ std::string KeysDir(const config::Config& cfg);
 // Every identity the config implies: the coordinator, the PS shards, the learner, the
 // actors.
 std::vector<std::string> RunIdentities(const config::Config& cfg);
-// `identity`'s view of the run's keys when cluster.curve is on; nullptr (and no error)
-// when it is off; nullptr with `error` if the keys cannot be read.
-std::shared_ptr<const Curve> RunCurve(const config::Config& cfg, const std::string& identity,
-                                      std::string* error);
+// `identity`'s view of the run's keys when cluster.curve is on; null (ok) when it is off;
+// an error if the keys cannot be read.
+base::StatusOr<std::shared_ptr<const Curve>> RunCurve(const config::Config& cfg, const std::string& identity);
 
 // The standard allow-lists of a run's three server sockets.
 std::map<std::string, std::set<std::string>> RunAllowList();
