@@ -164,24 +164,17 @@ base::Status ResolveEnvSpec(const std::string& self_exe, config::Config* cfg) {
 }
 
 int RunPsPlanCommand(config::Config cfg) {
-  std::string error;
-  wire::StepShape shape;
-  std::unique_ptr<net::Model<float>> model;
-  if (const base::Status resolved = ResolveEnvSpec(SelfExePath(), &cfg); !resolved.ok()) {
-    base::LogError("stampede ps-plan: %s\n", resolved.message().c_str());
+  auto model = [&]() -> base::StatusOr<std::unique_ptr<net::Model<float>>> {
+    RETURN_IF_ERROR(ResolveEnvSpec(SelfExePath(), &cfg));
+    wire::StepShape shape;
+    RETURN_IF_ERROR(ResolvedStepShape(cfg, &shape));
+    return net::MakeModelFromConfig(cfg, shape);
+  }();
+  if (!model.ok()) {
+    base::LogError("stampede ps-plan: %s\n", model.status().message().c_str());
     return 2;
   }
-  if (const base::Status st = ResolvedStepShape(cfg, &shape); !st.ok()) error = st.message();
-  if (error.empty()) {
-    auto made = net::MakeModelFromConfig(cfg, shape);
-    if (made.ok()) model = std::move(made).value();
-    else error = made.status().message();
-  }
-  if (!error.empty()) {
-    base::LogError("stampede ps-plan: %s\n", error.c_str());
-    return 2;
-  }
-  std::fputs(ps::PlacementText(ps::PlacementFromConfig(cfg, model->layout())).c_str(), stdout);
+  std::fputs(ps::PlacementText(ps::PlacementFromConfig(cfg, (*model)->layout())).c_str(), stdout);
   return 0;
 }
 

@@ -81,7 +81,6 @@ struct Learner::Impl : Trainer, BatchSource, TrainerBooks, CheckpointWriter {
   bool ckpt_final = false;      // the round in progress is the stop's final one
   bool ckpt_abandoned = false;  // the last round was abandoned: start the next at once
   net::ParamLayout layout;
-  wire::StepShape shape;
   int frames_per_step = 1;
   replay::BoundedQueue<UnrollRef> queue;
   // Experience replay (learner.replay.fraction > 0): this learner's table, and how many

@@ -289,11 +289,6 @@ double Trainer::LearningRate() const {
 void Trainer::Run() {
   const auto& lc = cfg.learner();
   const int B = lc.batch_size(), T = cfg.actors().unroll_length();
-  wire::StepShape shape;
-  if (const base::Status st = ResolvedStepShape(cfg, &shape); !st.ok()) {
-    Fail(st);
-    return;
-  }
   const std::unique_ptr<Updater> updater = MakeUpdater();
   Batch batch, next_batch;
   batch.Resize(T, B, shape);

@@ -172,6 +172,7 @@ class Trainer {
 
   config::Config cfg;
   int index = 0;  // this learner's (0: the chief)
+  wire::StepShape shape;  // one unroll step's, from the config's resolved spec (set before Run)
   Counters counters;
   std::atomic<bool> stop{false};
   TrainerLinks links;

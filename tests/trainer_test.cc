@@ -224,6 +224,7 @@ class FakeRing final : public RingLink {
 struct Rig {
   explicit Rig(const config::Config& cfg, int batches, int index = 0, Clock::duration tick = 1s)
       : trainer(cfg, index), source(trainer, batches, &clock, tick) {
+    REQUIRE(ResolvedStepShape(cfg, &trainer.shape).ok());
     trainer.params.assign(kParams, 0.5f);
     trainer.grad.assign(kParams, 0.f);
     trainer.rms = std::make_unique<Optimizer>(kParams, net::OptimizerHyperFromConfig(cfg.learner().optimizer()));
