@@ -332,6 +332,38 @@ base::Status ApplyOverride(const std::string& assignment, config::Config* cfg, s
   return base::InvalidArgument("--set " + assignment + ": no field path");
 }
 
+base::StatusOr<double> NumberAt(const config::Config& cfg, const std::string& path) {
+  const pb::Message* msg = &cfg;
+  const auto parts = SplitPath(path);
+  if (parts.empty()) return base::InvalidArgument("\"" + path + "\": no field path");
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const pb::FieldDescriptor* f = msg->GetDescriptor()->FindFieldByName(parts[i]);
+    if (f == nullptr) {
+      return base::InvalidArgument(path + ": " + msg->GetDescriptor()->full_name() + " has no field named \"" + parts[i] +
+                                   "\"");
+    }
+    if (f->is_repeated()) return base::InvalidArgument(path + ": \"" + parts[i] + "\" is a repeated field");
+    const pb::Reflection* r = msg->GetReflection();
+    if (i + 1 < parts.size()) {
+      if (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+        return base::InvalidArgument(path + ": \"" + parts[i] + "\" is not a message field");
+      }
+      msg = &r->GetMessage(*msg, f);
+      continue;
+    }
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE: return r->GetDouble(*msg, f);
+      case pb::FieldDescriptor::CPPTYPE_FLOAT: return double(r->GetFloat(*msg, f));
+      case pb::FieldDescriptor::CPPTYPE_INT32: return double(r->GetInt32(*msg, f));
+      case pb::FieldDescriptor::CPPTYPE_INT64: return double(r->GetInt64(*msg, f));
+      case pb::FieldDescriptor::CPPTYPE_UINT32: return double(r->GetUInt32(*msg, f));
+      case pb::FieldDescriptor::CPPTYPE_UINT64: return double(r->GetUInt64(*msg, f));
+      default: return base::InvalidArgument(path + ": a " + std::string(f->cpp_type_name()) + " field, not a number");
+    }
+  }
+  return base::InvalidArgument(path + ": no field path");
+}
+
 base::Status LoadConfig(const std::string& path, const std::vector<std::string>& overrides, LoadedConfig* out) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {

@@ -65,6 +65,10 @@ base::Status ParseConfigText(const std::string& text, const std::string& name, c
 // Applies one "a.b.c=value" override; fails on an unknown path or a bad value.
 base::Status ApplyOverride(const std::string& assignment, config::Config* cfg, std::string* path_out = nullptr);
 
+// The value of the numeric (not repeated) field at `path` ("learner.optimizer.learning_rate"),
+// its default where unset; an error naming the path for another kind of field or none.
+base::StatusOr<double> NumberAt(const config::Config& cfg, const std::string& path);
+
 // Checks ranges and cross-field rules; messages use `where(path)` for locations.
 base::Status ValidateConfig(const LoadedConfig& loaded);
 

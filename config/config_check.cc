@@ -71,6 +71,66 @@ base::Status ValidateTasks(const LoadedConfig& loaded) {
 }
 }  // namespace
 
+// Population-based training: the members' own starts, the evolving fields and what the
+// members' fleets must offer (a checkpoint a leader's copy can be made from).
+base::Status ValidatePbt(const LoadedConfig& loaded) {
+  const auto& c = loaded.config;
+  const auto& p = c.pbt();
+  if (p.population() == 0) return base::OkStatus();
+  auto bad = [&](const std::string& path, const std::string& what) {
+    return base::InvalidArgument(loaded.Where(path) + ": " + path + ": " + what);
+  };
+  if (p.population() < 2) return bad("pbt.population", "1 member has no one to exploit, expected 0 (off) or at least 2");
+  if (p.members_size() > p.population()) {
+    return bad("pbt.members", std::to_string(p.members_size()) + " entries for a population of " +
+                                  std::to_string(p.population()));
+  }
+  for (int m = 0; m < p.members_size(); ++m) {
+    for (const std::string& set : p.members(m).set()) {
+      config::Config probe = c;
+      std::string path;
+      if (const base::Status st = ApplyOverride(set, &probe, &path); !st.ok()) {
+        return bad("pbt.members", "members[" + std::to_string(m) + "]: " + st.message());
+      }
+      if (path.rfind("pbt", 0) == 0 || path == "run_dir" || path == "seed") {
+        return bad("pbt.members", "members[" + std::to_string(m) + "]: " + path + " is the population's to set");
+      }
+    }
+  }
+  if (p.evolve_size() == 0) return bad("pbt.evolve", "no field to evolve");
+  for (int i = 0; i < p.evolve_size(); ++i) {
+    const auto& f = p.evolve(i);
+    const std::string at = "evolve[" + std::to_string(i) + "] (" + f.path() + "): ";
+    const base::StatusOr<double> v = NumberAt(c, f.path());
+    if (!v.ok()) return bad("pbt.evolve", at + v.status().message());
+    if (f.path().rfind("pbt.", 0) == 0 || f.path() == "seed") return bad("pbt.evolve", at + "not a hyperparameter");
+    if (!(f.low() < f.high())) {
+      return bad("pbt.evolve", at + "low " + FormatNumber(f.low()) + " is not below high " + FormatNumber(f.high()));
+    }
+    const double lo = f.complement() ? 1 - f.high() : f.low();
+    if (f.log_scale() && !(lo > 0)) {
+      return bad("pbt.evolve", at + "log_scale draws need " + std::string(f.complement() ? "high below 1" : "low above 0"));
+    }
+  }
+  if (ChoiceOf<config::UpdateMode>(c.learner().update_mode()) != config::UpdateMode::relay) {
+    return bad("learner.update_mode", "a population's members copy a leader's learner checkpoint, which \"relay\" "
+                                      "writes (sync and async keep the optimizer's state in the shards' checkpoints)");
+  }
+  const auto objective = ChoiceOf<config::PbtObjective>(p.objective());
+  if (objective == config::PbtObjective::evaluation && c.evaluation().interval_frames() == 0) {
+    return bad("pbt.objective", "\"evaluation\" needs evaluation rounds (set evaluation.interval_frames)");
+  }
+  if ((objective == config::PbtObjective::normalised_mean || objective == config::PbtObjective::normalised_median) &&
+      c.tasks_size() == 0) {
+    return bad("pbt.objective", "\"" + p.objective() + "\" ranks a suite's tasks; this config has no tasks");
+  }
+  if (c.cluster().launcher() == "slurm") {
+    return bad("cluster.launcher", "a population runs its members on this machine or inside one allocation "
+                                   "(stampede launch slurm); a member's fleet cannot submit job steps of its own");
+  }
+  return base::OkStatus();
+}
+
 base::Status ValidateConfig(const LoadedConfig& loaded) {
   if (const std::optional<config_detail::OutOfRange> bad = config_detail::FirstOutOfRange(loaded.config, "")) {
     return base::InvalidArgument(loaded.Where(bad->path) + ": " + bad->path + ": " + bad->what);
@@ -164,6 +224,7 @@ base::Status ValidateConfig(const LoadedConfig& loaded) {
              std::to_string(c.learner().batch_size()) + ")");
   }
   RETURN_IF_ERROR(ValidateTasks(loaded));
+  RETURN_IF_ERROR(ValidatePbt(loaded));
   if (c.cluster().inference_size() > 0 && c.cluster().inference_size() != c.learner().num_learners()) {
     return base::InvalidArgument(loaded.Where("cluster.inference") + ": cluster.inference has " +
              std::to_string(c.cluster().inference_size()) + " endpoint(s), but learner.num_learners is " +

@@ -338,3 +338,36 @@ TEST_CASE("config: a declared range is checked wherever its message appears, nam
   // An unset message's defaults are in range; a oneof's other members are not checked.
   CHECK(LoadError(WriteTemp("layers_ok", "net { layers { dense { units: 8 } } layers { relu {} } }\n")) == "(loaded)");
 }
+
+TEST_CASE("config: a population's mistakes are located errors; the shipped populations load", "[config][pbt]") {
+  for (const char* name : {"pbt_catch", "pbt_cartpole"}) {
+    LoadedConfig cfg;
+    INFO(name);
+    CHECK_OK(LoadConfig(std::string(STAMPEDE_SOURCE_DIR) + "/configs/" + name + ".textproto", {}, &cfg));
+    CHECK(cfg.config.pbt().population() == 4);
+  }
+  const auto path = WriteTemp("pbt", "seed: 1\npbt {\n  population: 4\n  evolve { path: \"learner.optimizer.learning_rate\" low: 1e-5 high: 0.01 }\n}\n");
+  CHECK(LoadError(path) == "(loaded)");
+  CHECK_THAT(LoadError(path, {"pbt.population=1"}), Catch::Contains("--set pbt.population: pbt.population: 1 member has no one to exploit"));
+  const auto bad_path = WriteTemp("pbt_path", "pbt {\n  population: 2\n  evolve { path: \"learner.learning_rate\" }\n}\n");
+  CHECK_THAT(LoadError(bad_path), Catch::StartsWith(bad_path + ":3:") &&
+                                      Catch::Contains("pbt.evolve: evolve[0] (learner.learning_rate): learner.learning_rate: "
+                                                      "stampede.config.LearnerConfig has no field named \"learning_rate\""));
+  const auto text = WriteTemp("pbt_text", "pbt {\n  population: 2\n  evolve { path: \"learner.device\" }\n}\n");
+  CHECK_THAT(LoadError(text), Catch::Contains("learner.device: a string field, not a number"));
+  const auto zero = WriteTemp("pbt_zero", "pbt {\n  population: 2\n  evolve { path: \"learner.entropy_cost\" low: 0 high: 0.1 }\n}\n");
+  CHECK_THAT(LoadError(zero), Catch::Contains("log_scale draws need low above 0"));
+  const auto upside = WriteTemp("pbt_upside", "pbt {\n  population: 2\n  evolve { path: \"learner.discount\" low: 0.999 high: 0.9 }\n}\n");
+  CHECK_THAT(LoadError(upside), Catch::Contains("low 0.999 is not below high 0.9"));
+  CHECK_THAT(LoadError(path, {"learner.update_mode=sync", "learner.popart=false"}),
+             Catch::Contains("learner.update_mode: a population's members copy a leader's learner checkpoint"));
+  const auto members = WriteTemp("pbt_members", "pbt {\n  population: 2\n  evolve { path: \"learner.entropy_cost\" low: 0.001 high: 0.1 }\n"
+                                                "  members { set: \"seed=3\" }\n}\n");
+  CHECK_THAT(LoadError(members), Catch::Contains("members[0]: seed is the population's to set"));
+  CHECK_THAT(LoadError(members, {"pbt.population=0"}), Catch::Equals("(loaded)"));  // off: nothing to check
+  const auto unknown = WriteTemp("pbt_unknown", "pbt {\n  population: 2\n  evolve { path: \"learner.entropy_cost\" low: 0.001 high: 0.1 }\n"
+                                                "  members { set: \"learner.batchsize=3\" }\n}\n");
+  CHECK_THAT(LoadError(unknown), Catch::Contains("members[0]: --set learner.batchsize=3: stampede.config.LearnerConfig has no field"));
+  CHECK_THAT(LoadError(path, {"pbt.objective=evaluation"}), Catch::Contains("\"evaluation\" needs evaluation rounds"));
+  CHECK_THAT(LoadError(path, {"pbt.objective=normalised_median"}), Catch::Contains("ranks a suite's tasks; this config has no tasks"));
+}

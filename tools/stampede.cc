@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 
@@ -15,6 +16,7 @@
 #include "base/log.h"
 #include "base/signals.h"
 #include "base/status.h"
+#include "coordinator/pbt_run.h"
 #include "coordinator/run.h"
 #include "coordinator/spec.h"
 #include "envs/env.h"
@@ -23,6 +25,7 @@
 #include "tools/bench.h"
 #include "tools/eval.h"
 #include "tools/launch.h"
+#include "tools/pbt_report.h"
 #include "tools/report.h"
 #include "tools/sweep.h"
 #include "wire/auth.h"
@@ -287,6 +290,14 @@ int main(int argc, char** argv) {
                              "give no CONFIG or --run-dir with it\n");
         return 2;
       }
+      if (std::filesystem::exists(resume_dir + "/" + stampede::coordinator::kPopulationConfig)) {
+        // A population: every member resumes from its own directory.
+        stampede::LoadedConfig loaded;
+        sets.push_back("run_dir=" + resume_dir);
+        if (!Load(resume_dir + "/" + stampede::coordinator::kPopulationConfig, sets, &loaded)) return 2;
+        const int code = stampede::coordinator::RunPopulation(loaded.config, loaded.source, sets, true);
+        return code == 2 ? code : std::max(code, stampede::tools::RunPbtReport(resume_dir));
+      }
       config_path = resume_dir + "/config.textproto";
       run_dir = resume_dir;
       opt.resume = true;
@@ -303,6 +314,18 @@ int main(int argc, char** argv) {
     if (!run_dir.empty()) sets.push_back("run_dir=" + run_dir);
     stampede::LoadedConfig loaded;
     if (!Load(config_path, sets, &loaded)) return 2;
+    if (loaded.config.pbt().population() > 0 && !opt.resume) {
+      std::vector<std::string> member_sets = sets;
+      if (!run_dir.empty()) member_sets.pop_back();  // each member's directory is its own
+      if (loaded.config.run_dir().empty()) {
+        char stamp[32];
+        const std::time_t t = std::time(nullptr);
+        std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
+        loaded.config.set_run_dir("runs/pbt-" + std::filesystem::path(config_path).stem().string() + "-" + stamp);
+      }
+      const int code = stampede::coordinator::RunPopulation(loaded.config, config_path, member_sets, false);
+      return code == 2 ? code : std::max(code, stampede::tools::RunPbtReport(loaded.config.run_dir()));
+    }
     opt.config_name = std::filesystem::path(config_path).stem().string();
     return stampede::coordinator::RunCoordinator(loaded.config, opt).exit_code;
   }
@@ -341,7 +364,10 @@ int main(int argc, char** argv) {
     const int report_code = stampede::tools::RunReportCommand(result.run_dir);
     return result.exit_code != 0 ? result.exit_code : report_code;
   }
-  if (report->parsed()) return stampede::tools::RunReportCommand(report_dir);
+  if (report->parsed()) {
+    if (std::filesystem::exists(report_dir + "/pbt.jsonl")) return stampede::tools::RunPbtReport(report_dir);
+    return stampede::tools::RunReportCommand(report_dir);
+  }
   if (checkpoints->parsed()) {
     stampede::LoadedConfig loaded;
     if (!Load(checkpoints_dir + "/config.textproto", {"run_dir=" + checkpoints_dir}, &loaded)) return 2;
