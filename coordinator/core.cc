@@ -93,7 +93,7 @@ void Core::Event(const std::string& name, nlohmann::json extra, Clock::time_poin
   extra["event"] = name;
   extra["wall_time"] = UnixAt(now);
   extra["elapsed_s"] = Elapsed(now);
-  if (!extra.contains("env_frames")) extra["env_frames"] = figures_.merged.env_frames();
+  if (!extra.contains("env_frames")) extra["env_frames"] = std::max(figures_.merged.env_frames(), opt_.resumed_frames);
   extra["learner_step"] = figures_.merged.learner_steps();
   sinks_->Metrics(extra);
 }
@@ -128,6 +128,9 @@ void Core::Start(Clock::time_point now) {
 }
 
 void Core::Progress(Clock::time_point now) {
+  // A resumed run has no figures until its learner is heard: a row now would say 0 frames,
+  // behind the checkpoint's.
+  if (!opt_.resumed_from.empty() && !figures_.have_status) return;
   ProgressRow p = Views::Progress(*this, now);
   ++rows_;
   if (!p.line.empty()) Say(p.line);
@@ -274,17 +277,25 @@ void Core::CheckPendingLearnerStatus(Clock::time_point now) {
 }
 
 void Core::ApplyLearnerStatus(const wire::Status& one, Clock::time_point now) {
-  if (!figures_.learners.count(one.sender().task_index())) {
+  const int index = one.sender().task_index();
+  if (const auto prev = figures_.learners.find(index); prev == figures_.learners.end()) {
     // Frames a learner starts from (restored) are not this run's work.
     figures_.start_frames += one.start_env_frames();
     last_frames_ += one.start_env_frames();
+  } else if (one.env_frames() < prev->second.env_frames()) {
+    // Restarted from a checkpoint older than its death.
+    const int64_t lost = prev->second.env_frames() - one.env_frames();
+    figures_.lost_frames += lost;
+    Event("frames_lost", {{"learner", index}, {"lost", lost}, {"lost_total", figures_.lost_frames},
+                          {"restored_frames", one.env_frames()}}, now);
   }
-  figures_.learners[one.sender().task_index()] = one;
+  figures_.learners[index] = one;
   for (const auto& a : one.actor_lags()) {
     if (a.actor() < 0 || a.actor() >= config::kMaxActors) continue;
     actors_.OnLearnerActorLag(a.actor(), a.policy_version(), a.lag(), a.lag_mean(), a.lag_max(), a.trajectories());
   }
-  const wire::Status s = MergeLearners(cfg_, figures_.learners);
+  wire::Status s = MergeLearners(cfg_, figures_.learners);
+  s.set_env_frames(s.env_frames() + figures_.lost_frames);
   actors_.OnLearnerVersion(s.policy_version());
   if (s.skipped_steps() > figures_.merged.skipped_steps()) {
     // A step with a non-finite loss or gradient was not applied (learner/learner.cc).

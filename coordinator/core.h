@@ -89,6 +89,7 @@ struct CoreOptions {
   bool curve = false;       // a status counts only if its connection's identity is the sender it claims
   std::string config_path;  // for the start event and the standalone hint
   std::string resumed_from;  // --resume: the checkpoint the run continues from
+  int64_t resumed_frames = 0;  // and its env frames: no row says fewer
   // A death during the stop after the chief's final checkpoint is whole on disk loses
   // nothing. Unset: only the chief's exit 0 says the final checkpoint is complete.
   CheckpointDisk checkpoints;
@@ -101,6 +102,10 @@ struct LearnerFigures {
   std::map<int, wire::Status> learners;   // newest per learner index
   std::map<int, wire::Status> ps;         // newest per PS shard
   int64_t start_frames = 0;               // frames the learners started from (a restore)
+  // Frames a restarted learner's count fell back by (it restored a checkpoint older than
+  // its death): made and consumed, but in no checkpoint. `merged` counts them, so the
+  // run's frames never go back and the budget holds every frame the envs ran.
+  int64_t lost_frames = 0;
   // Each learner's newest failed checkpoint write, cleared when a later one completes
   // (the run fails for one only if it stands at the end).
   std::map<int, std::string> checkpoint_errors;

@@ -325,8 +325,10 @@ void Population::OnExited(int m, int status) {
     const PbtDecision d = *s.pending;
     s.stopping = false;
     s.pending.reset();
-    if (ok && s.frames >= cfg_.stop().total_env_frames()) {
-      core_->OnExit(m, true, Clock::now());  // its budget was spent as it stopped
+    if (s.frames >= cfg_.stop().total_env_frames()) {
+      // Its budget was spent as it stopped: nothing left to copy into.
+      Lineage({{"event", "finished"}, {"member", m}, {"frames", s.frames}, {"exit_code", s.exit_code}});
+      core_->OnExit(m, true, Clock::now());
       return;
     }
     int64_t version = 0;

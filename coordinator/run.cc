@@ -289,7 +289,7 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt, std::string* s
 namespace {
 // `--resume`: the run's newest complete checkpoint, fresh loopback endpoints (the old
 // ports may be taken), and a warning when the budget is already spent.
-bool PrepareResume(config::Config* cfg, std::string* from) {
+bool PrepareResume(config::Config* cfg, std::string* from, int64_t* resumed_frames) {
   const std::string dir = cfg->run_dir();
   learner::ResumePoint point;
   std::vector<std::string> warnings;
@@ -302,6 +302,7 @@ bool PrepareResume(config::Config* cfg, std::string* from) {
   if (!point.sharded) cfg->mutable_learner()->set_restore_from(point.from);
   *from = point.from;
   const int64_t frames = point.env_frames, version = point.version;
+  *resumed_frames = frames;
   auto* cl = cfg->mutable_cluster();
   cl->clear_coordinator();
   cl->clear_learner();
@@ -377,7 +378,8 @@ int RunCheckpointsCommand(const config::Config& cfg) {
 RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
   RunResult result;
   std::string resumed_from;
-  if (opt.resume && !PrepareResume(&cfg, &resumed_from)) {
+  int64_t resumed_frames = 0;
+  if (opt.resume && !PrepareResume(&cfg, &resumed_from, &resumed_frames)) {
     result.exit_code = 2;
     return result;
   }
@@ -526,6 +528,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     core_opt.curve = curve != nullptr;
     core_opt.config_path = config_path;
     core_opt.resumed_from = resumed_from;
+    core_opt.resumed_frames = resumed_frames;
     const std::string checkpoints_root = cfg.run_dir() + "/checkpoints";
     core_opt.checkpoints.next_sequence = [checkpoints_root] { return ps::NextCheckpointSequence(checkpoints_root); };
     core_opt.checkpoints.final_sequence = [checkpoints_root]() -> int64_t {

@@ -112,10 +112,14 @@ struct Fixture {
     int64_t next_sequence = 1;
     int64_t final_sequence = 0;
   } disk;
-  explicit Fixture(config::Config cfg, bool standalone = false) {
+  explicit Fixture(config::Config cfg, bool standalone = false, int64_t resumed_frames = 0) {
     CoreOptions opt;
     opt.quiet = true;
     opt.standalone = standalone;
+    if (resumed_frames > 0) {
+      opt.resumed_from = "/nonexistent/run/checkpoint.bin";
+      opt.resumed_frames = resumed_frames;
+    }
     opt.checkpoints.next_sequence = [this] { return disk.next_sequence; };
     opt.checkpoints.final_sequence = [this] { return disk.final_sequence; };
     core = std::make_unique<Core>(cfg, opt, &launcher, &sinks, &result, t, 1.7e9);
@@ -833,4 +837,74 @@ TEST_CASE("coordinator: a standalone coordinator scales down over the control so
   REQUIRE(f.sinks.stops.size() == 1);
   CHECK(f.sinks.stops[0].stop_index() == 2);
   CHECK(f.sinks.Events("actor_retired") == 1);
+}
+
+TEST_CASE("coordinator: a resumed run writes no row behind its checkpoint's frames", "[coordinator]") {
+  config::Config cfg = TestConfig();
+  cfg.mutable_coordinator()->set_progress_interval_s(1);
+  Fixture f(cfg, false, /*resumed_frames=*/75000);
+  f.Advance(3s);  // no learner heard yet: no progress row
+  int64_t seen = 0;
+  for (const auto& r : f.sinks.rows) {
+    CHECK(r["env_frames"].get<int64_t>() >= 75000);
+    seen += !r.contains("event");
+  }
+  CHECK(seen == 0);
+  CHECK(f.sinks.Events("resume") == 1);
+  f.ActorMade(0, 500);
+  auto s = f.StatusOf(wire::ROLE_LEARNER, 0);
+  s.set_env_frames(75500);
+  s.set_start_env_frames(75000);  // restored from the checkpoint
+  s.set_learner_steps(10);
+  f.Status(s);
+  f.Advance(2s);
+  int rows = 0;
+  for (const auto& r : f.sinks.rows) {
+    if (r.contains("event")) continue;
+    ++rows;
+    CHECK(r["env_frames"].get<int64_t>() >= 75000);
+  }
+  CHECK(rows >= 1);
+}
+
+TEST_CASE("coordinator: a learner restarted from an older checkpoint: its lost frames still count, rows never go back",
+          "[coordinator]") {
+  config::Config cfg = TestConfig();
+  cfg.mutable_coordinator()->set_progress_interval_s(1);
+  cfg.mutable_stop()->set_total_env_frames(60000);
+  Fixture f(cfg);
+  f.ActorMade(0, 30000);
+  f.ActorMade(1, 30000);
+  f.Learner(0, 50000, 300);
+  f.Advance(1100ms);
+  f.Exit(wire::ROLE_LEARNER, 0, {false, 0, 9});
+  f.Advance(600ms);  // restarted (its second incarnation); it restored the checkpoint of 40000 frames
+  auto restarted = [&](int64_t frames, int64_t steps) {
+    auto s = f.StatusOf(wire::ROLE_LEARNER, 0);
+    *s.mutable_sender() = wire::MakeSender(wire::ROLE_LEARNER, 0, 2);
+    s.set_env_frames(frames);
+    s.set_learner_steps(steps);
+    f.Status(s);
+  };
+  restarted(40000, 250);
+  f.Advance(1100ms);
+  REQUIRE(f.sinks.Events("frames_lost") == 1);
+  int64_t prev = 0;
+  for (const auto& r : f.sinks.rows) {
+    const int64_t frames = r["env_frames"].get<int64_t>();
+    CHECK(frames >= prev);
+    prev = std::max(prev, frames);
+    if (r.value("event", "") == "frames_lost") {
+      CHECK(r["lost"] == 10000);
+      CHECK(r["restored_frames"] == 40000);
+    }
+  }
+  CHECK(f.core->learners().merged.env_frames() == 50000);  // 40000 + the 10000 lost
+  // The budget holds the lost frames: 60000 in all is 50000 of the learner's own.
+  f.ActorMade(0, 35000);
+  f.ActorMade(1, 35000);
+  restarted(49000, 300);
+  CHECK_FALSE(f.core->stopping());
+  restarted(50000, 310);
+  CHECK(f.core->stopping());
 }
