@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -118,7 +119,7 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
     std::vector<char*> argv;
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    execv(args[0].c_str(), argv.data());
+    execvp(args[0].c_str(), argv.data());
     _exit(127);
   }
   return pid;
@@ -155,6 +156,7 @@ class Population {
 
  private:
   base::Status Setup(std::vector<Hyper>* start);
+  std::vector<std::string> Command(int m) const;
   void Lineage(nlohmann::json row);
   void StartFresh(int m);
   bool Resume(int m, const Hyper& h);
@@ -181,6 +183,10 @@ base::Status Population::Setup(std::vector<Hyper>* start) {
   const auto& p = cfg_.pbt();
   const int n = p.population();
   dir_ = cfg_.run_dir();
+  if (p.member_job_steps() && std::getenv("SLURM_JOB_ID") == nullptr) {
+    return base::InvalidArgument("pbt.member_job_steps: members run as job steps only inside a Slurm allocation "
+                                 "(stampede launch slurm); no SLURM_JOB_ID here");
+  }
   std::error_code ec;
   if (!resume_ && fs::exists(dir_ + "/pbt.jsonl", ec)) {
     return base::InvalidArgument(dir_ + " already holds a population (pbt.jsonl); choose another --run-dir or "
@@ -231,9 +237,20 @@ void Population::Lineage(nlohmann::json row) {
   lineage_.flush();
 }
 
+// The command that starts member `m`'s `stampede run`: as a job step of the allocation
+// (pbt.member_job_steps), or here.
+std::vector<std::string> Population::Command(int m) const {
+  if (!cfg_.pbt().member_job_steps()) return {self_};
+  const char* nodes = std::getenv("SLURM_JOB_NUM_NODES");
+  const int n = nodes != nullptr ? std::max(1, std::atoi(nodes)) : 1;
+  return {"srun", "--nodes=1", "--ntasks=1", "--overlap", "--relative=" + std::to_string(m % n),
+          "--job-name=member-" + std::to_string(m), self_};
+}
+
 void Population::StartFresh(int m) {
   MemberShell& s = members_[size_t(m)];
-  std::vector<std::string> args = {self_, "run", config_path_, "--run-dir", s.dir};
+  std::vector<std::string> args = Command(m);
+  args.insert(args.end(), {"run", config_path_, "--run-dir", s.dir});
   for (const auto& set : sets_) args.insert(args.end(), {"--set", set});
   args.insert(args.end(), {"--set", "pbt.population=0", "--set", "seed=" + std::to_string(cfg_.seed() + uint64_t(m))});
   if (m < cfg_.pbt().members_size()) {
@@ -241,14 +258,16 @@ void Population::StartFresh(int m) {
   }
   for (const auto& [path, v] : core_->hyper(m)) args.insert(args.end(), {"--set", path + "=" + Num(v)});
   s.pid = Spawn(args, s.log);
-  Lineage({{"event", "start"}, {"member", m}, {"frames", 0}, {"hyper", HyperJson(core_->hyper(m))}, {"pid", s.pid}});
+  Lineage({{"event", "start"}, {"member", m}, {"frames", 0}, {"hyper", HyperJson(core_->hyper(m))}, {"pid", s.pid},
+           {"job_step", cfg_.pbt().member_job_steps()}});
 }
 
 bool Population::Resume(int m, const Hyper& h) {
   MemberShell& s = members_[size_t(m)];
   std::error_code ec;
   if (!fs::exists(s.dir + "/config.textproto", ec) || !fs::exists(s.dir + "/checkpoint.bin", ec)) return false;
-  std::vector<std::string> args = {self_, "run", "--resume", s.dir};
+  std::vector<std::string> args = Command(m);
+  args.insert(args.end(), {"run", "--resume", s.dir});
   for (const auto& [path, v] : h) args.insert(args.end(), {"--set", path + "=" + Num(v)});
   s.pid = Spawn(args, s.log);
   s.objective.reset();

@@ -37,12 +37,19 @@ std::string SlurmJobScript(const SlurmLaunchOptions& opt, const std::vector<std:
   const bool array = configs.size() > 1;
   const std::string root = fs::absolute(opt.run_dir).lexically_normal().string();
   std::ostringstream s;
-  s << "#!/bin/bash\n"
-    << "# Written by `stampede launch slurm " << opt.config_path << "`: the fleet as one heterogeneous job.\n"
-    << "# Component 0: this script (the coordinator), the PS shards and the learners, on one node.\n"
-    << "# Component 1: the actors, " << opt.actor_nodes << " node(s) x " << opt.actors_per_node << ".\n"
-    << "# The coordinator starts every role as a job step (srun) and makes the restart and stop\n"
-    << "# decisions; scancel stops the roles in order and writes the final checkpoint.\n";
+  s << "#!/bin/bash\n";
+  if (opt.population > 0) {
+    s << "# Written by `stampede launch slurm " << opt.config_path << "`: a population of " << opt.population
+      << " members in one allocation\n# of " << opt.actor_nodes << " node(s). This script runs the population (config `pbt`); "
+      << "each member's whole fleet\n# is a job step on one node. scancel stops every member in order; "
+      << "submitted again, the job resumes them.\n";
+  } else {
+    s << "# Written by `stampede launch slurm " << opt.config_path << "`: the fleet as one heterogeneous job.\n"
+      << "# Component 0: this script (the coordinator), the PS shards and the learners, on one node.\n"
+      << "# Component 1: the actors, " << opt.actor_nodes << " node(s) x " << opt.actors_per_node << ".\n"
+      << "# The coordinator starts every role as a job step (srun) and makes the restart and stop\n"
+      << "# decisions; scancel stops the roles in order and writes the final checkpoint.\n";
+  }
   s << "#SBATCH --job-name=stampede-" << fs::path(opt.config_path).stem().string() << "\n";
   s << "#SBATCH --output=" << root << (array ? "/slurm-%A_%a.out" : "/slurm-%j.out") << "\n";
   s << "#SBATCH --open-mode=append\n";
@@ -60,6 +67,23 @@ std::string SlurmJobScript(const SlurmLaunchOptions& opt, const std::vector<std:
   // finds the layout from the job's environment).
   const auto layout = coordinator::SlurmLayout::Requested(!array, opt.actor_nodes);
   const auto requests = layout.SbatchRequests(opt.actors_per_node);
+  if (opt.population > 0) {
+    // A population: one allocation; the script runs the population, each member's fleet
+    // a job step on one of its nodes (pbt.member_job_steps).
+    s << "#SBATCH --nodes=" << opt.actor_nodes << " --ntasks=" << opt.population;
+    if (!opt.learner_gres.empty()) s << " --gres=" << opt.learner_gres;
+    if (!opt.learner_constraint.empty()) s << " --constraint=" << opt.learner_constraint;
+    s << "\n\nset -u\nSTAMPEDE=" << Quote(opt.stampede_exe) << "\nconfig=" << Quote(configs[0])
+      << "\nrun_dir=" << Quote(dirs[0]) << "\n";
+    s << R"SH(echo "stampede job ${SLURM_JOB_ID}: a population on $(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -); run directory $run_dir"
+if [ -e "$run_dir/population.textproto" ]; then
+  # Requeued or submitted again: every member goes on from its newest checkpoint.
+  exec "$STAMPEDE" run --resume "$run_dir" --set pbt.member_job_steps=true
+fi
+exec "$STAMPEDE" run "$config" --run-dir "$run_dir" --set pbt.member_job_steps=true
+)SH";
+    return s.str();
+  }
   for (size_t c = 0; c < requests.size(); ++c) {
     if (c > 0) s << "#SBATCH hetjob\n";
     s << "#SBATCH " << requests[c];
@@ -137,11 +161,17 @@ int LaunchSlurm(const SlurmLaunchOptions& opt_in) {
   fs::create_directories(root, ec);
   if (ec) return fail("cannot create " + root + ": " + ec.message());
   const int actors = opt.actor_nodes * opt.actors_per_node;
+  {
+    // A population keeps its members' fleets as the config says (each on one node).
+    LoadedConfig probe;
+    if (LoadConfig(opt.config_path, opt.sets, &probe).ok()) opt.population = probe.config.pbt().population();
+  }
+  if (opt.population > 0 && points.size() > 1) return fail("a population (pbt) is one job: give no --sweep-grid with it");
   std::vector<std::string> configs, dirs;
   for (size_t p = 0; p < points.size(); ++p) {
     std::vector<std::string> sets = opt.sets;
     sets.insert(sets.end(), points[p].begin(), points[p].end());
-    sets.push_back("actors.num_actors=" + std::to_string(actors));
+    if (opt.population == 0) sets.push_back("actors.num_actors=" + std::to_string(actors));
     LoadedConfig loaded;
     if (const base::Status st = LoadConfig(opt.config_path, sets, &loaded); !st.ok()) {
       return fail(points.size() > 1 ? "point " + std::to_string(p) + ": " + st.message() : st.message());

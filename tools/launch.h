@@ -26,6 +26,7 @@ struct SlurmLaunchOptions {
   bool requeue = false;  // a preempted or timed-out job requeues and resumes from its newest checkpoint
   bool submit = false;
   std::string stampede_exe;  // the executable the job runs (default: this one)
+  int population = 0;        // the config's pbt.population (set by LaunchSlurm): one allocation, members as job steps
 };
 
 // The job script for `points` (one run per point; more than one makes a job array);

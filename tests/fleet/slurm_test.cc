@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -201,5 +202,37 @@ TEST_CASE("slurm: --sweep-grid makes a job array whose two points both finish in
   }
   CHECK(completed >= 2);
   CHECK(states.find("JobState=FAILED") == std::string::npos);
+  CHECK(Leftovers(run_dir).empty());
+}
+
+TEST_CASE("slurm: a Catch population runs each member's fleet as a job step; exit 0 and the lineage written",
+          "[slurm][pbt]") {
+  Cluster cluster;
+  const std::string run_dir = FreshRunDir("slurm_pbt");
+  const std::string job = Submit({"configs/pbt_catch.textproto", "--actor-nodes", "3", "--set",
+                                  "stop.total_env_frames=200000"},
+                                 run_dir);
+  CHECK(WaitJob(job, std::chrono::seconds(240)) == "COMPLETED");
+  CHECK(JobField(job, "ExitCode") == "0:0");
+  const std::string out = Slurp(run_dir + "/slurm-" + job + ".out");
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("a population on c1,c2,g1") || Catch::Contains("a population on g1,c1,c2"));
+  std::ifstream lineage(run_dir + "/pbt.jsonl");
+  int starts = 0, decisions = 0;
+  for (std::string line; std::getline(lineage, line);) {
+    const json row = json::parse(line);
+    if (row["event"] == "start") {
+      ++starts;
+      CHECK(row["job_step"] == true);
+    }
+    decisions += row["event"] == "keep" || row["event"] == "exploit";
+  }
+  CHECK(starts == 4);
+  CHECK(decisions > 0);
+  const json summary = json::parse(Slurp(run_dir + "/pbt_summary.json"));
+  for (const auto& [m, one] : summary["members"].items()) {
+    CHECK(one["frames"].get<long long>() >= 200000);
+    CHECK(one["exit_code"] == 0);
+  }
   CHECK(Leftovers(run_dir).empty());
 }
