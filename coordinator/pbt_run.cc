@@ -352,8 +352,10 @@ void Population::OnExited(int m, int status) {
     }
     int64_t version = 0;
     const base::Status st = CopyLeaderCheckpoint(members_[size_t(d.leader)].dir, s.dir, s.frames, &version);
+    // What its fleet acted between the decision and its stop trained the weights the copy
+    // replaces: dropped, as a lag bound drops stale unrolls, and counted.
     nlohmann::json row = {{"event", "copied"}, {"member", m}, {"leader", d.leader}, {"frames", s.frames},
-                          {"ok", st.ok()}, {"version", version}};
+                          {"ok", st.ok()}, {"version", version}, {"dropped_frames", s.frames - d.frames}};
     if (!st.ok()) row["error"] = st.message();
     Lineage(row);
     if (st.ok()) ++s.exploits;

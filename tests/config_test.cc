@@ -340,7 +340,7 @@ TEST_CASE("config: a declared range is checked wherever its message appears, nam
 }
 
 TEST_CASE("config: a population's mistakes are located errors; the shipped populations load", "[config][pbt]") {
-  for (const char* name : {"pbt_catch", "pbt_cartpole"}) {
+  for (const char* name : {"pbt_catch", "pbt_cartpole", "pbt_minatar_breakout"}) {
     LoadedConfig cfg;
     INFO(name);
     CHECK_OK(LoadConfig(std::string(STAMPEDE_SOURCE_DIR) + "/configs/" + name + ".textproto", {}, &cfg));

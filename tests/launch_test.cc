@@ -150,3 +150,32 @@ TEST_CASE("coordinator: the Slurm launcher has room for the actors its allocatio
   CHECK_THAT(launcher.NoRoom(stampede::wire::ROLE_ACTOR, 8), Catch::Contains("room for 8 actors"));
   CHECK(launcher.NoRoom(stampede::wire::ROLE_LEARNER, 8).empty());
 }
+
+TEST_CASE("launch slurm: a population is one allocation whose script runs it, members as job steps", "[launch][pbt]") {
+  stampede::tools::SlurmLaunchOptions o;
+  o.config_path = "configs/pbt_catch.textproto";
+  o.run_dir = "/shared/pbt";
+  o.actor_nodes = 2;
+  o.population = 4;
+  o.time = "1:00:00";
+  o.stampede_exe = "/opt/stampede/bin/stampede";
+  const std::string s = stampede::tools::SlurmJobScript(o, {"/shared/pbt/launch-config.textproto"}, {"/shared/pbt"});
+  INFO(s);
+  for (const char* line : {"#SBATCH --nodes=2 --ntasks=4\n", "#SBATCH --signal=B:TERM@120\n",
+                           "exec \"$STAMPEDE\" run --resume \"$run_dir\" --set pbt.member_job_steps=true\n",
+                           "exec \"$STAMPEDE\" run \"$config\" --run-dir \"$run_dir\" --set pbt.member_job_steps=true\n"}) {
+    CHECK_THAT(s, Catch::Contains(line));
+  }
+  CHECK_THAT(s, !Catch::Contains("hetjob") && !Catch::Contains("cluster.launcher=slurm"));
+  CHECK(s.rfind("#SBATCH") < s.find("\nset -u"));
+}
+
+TEST_CASE("launch k8s: a population is refused with the reason, not launched as one fleet", "[launch][pbt]") {
+  stampede::tools::K8sLaunchOptions o;
+  o.config_path = std::string(STAMPEDE_SOURCE_DIR) + "/configs/pbt_catch.textproto";
+  std::vector<std::pair<std::string, std::string>> files;
+  const stampede::base::Status st = stampede::tools::K8sManifests(o, &files);
+  CHECK_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("pbt.population 4: the Kubernetes manifests hold one fleet, not a population"));
+  CHECK(files.empty());
+}

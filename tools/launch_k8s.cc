@@ -149,6 +149,11 @@ base::Status K8sManifests(const K8sLaunchOptions& opt, std::vector<std::pair<std
   if (const base::Status st = LoadConfig(opt.config_path, sets, &loaded); !st.ok()) {
     return base::InvalidArgument(st.message());
   }
+  if (loaded.config.pbt().population() > 0) {
+    return base::InvalidArgument(opt.config_path + ": pbt.population " + std::to_string(loaded.config.pbt().population()) +
+                               ": the Kubernetes manifests hold one fleet, not a population (run it with stampede run, "
+                               "or under Slurm with stampede launch slurm)");
+  }
   if (opt.learner_gpus < 0) {
     return base::InvalidArgument("--learner-gpus must be 0 or more");
   }

@@ -46,18 +46,25 @@ for m in members:
     for r in rows:
         if r.get("member") == m and r.get("event") in ("exploit", "replace"):
             axes[0].axvline(r["frames"], color=c, alpha=0.25, linewidth=0.8)
-    # Each value holds from a row's frames until the next row that changes it.
+    # Each value holds from a row's frames until the next row that changes it; an
+    # exploit's new values hold from its copy (a member that finished while it stopped
+    # never took them).
     for i, field in enumerate(fields):
         fx, fy = [], []
+        pending = None
         for r in rows:
             if r.get("member") != m:
                 continue
-            new = r.get("new_hyper") if r.get("event") in ("exploit", "replace") else None
+            ev = r.get("event")
             h = r.get("hyper", {})
             if field in h:
                 fx.append(r["frames"]); fy.append(h[field])
-            if new and field in new:
-                fx.append(r["frames"]); fy.append(new[field])
+            if ev == "exploit":
+                pending = r.get("new_hyper")
+            elif ev == "copied" and r.get("ok") and pending and field in pending:
+                fx.append(r["frames"]); fy.append(pending[field])
+            elif ev == "replace" and r.get("copied") and field in r.get("new_hyper", {}):
+                fx.append(r["frames"]); fy.append(r["new_hyper"][field])
         axes[1 + i].step(fx, fy, where="post", color=c, linewidth=1)
         axes[1 + i].set_ylabel(field.split(".")[-1])
         if fy and min(fy) > 0 and max(fy) / min(fy) > 20:

@@ -296,7 +296,8 @@ int main(int argc, char** argv) {
         sets.push_back("run_dir=" + resume_dir);
         if (!Load(resume_dir + "/" + stampede::coordinator::kPopulationConfig, sets, &loaded)) return 2;
         const int code = stampede::coordinator::RunPopulation(loaded.config, loaded.source, sets, true);
-        return code == 2 ? code : std::max(code, stampede::tools::RunPbtReport(resume_dir));
+        if (code != 2) stampede::tools::RunPbtReport(resume_dir);  // a missing plot says why; the run's code stands
+        return code;
       }
       config_path = resume_dir + "/config.textproto";
       run_dir = resume_dir;
@@ -324,7 +325,8 @@ int main(int argc, char** argv) {
         loaded.config.set_run_dir("runs/pbt-" + std::filesystem::path(config_path).stem().string() + "-" + stamp);
       }
       const int code = stampede::coordinator::RunPopulation(loaded.config, config_path, member_sets, false);
-      return code == 2 ? code : std::max(code, stampede::tools::RunPbtReport(loaded.config.run_dir()));
+      if (code != 2) stampede::tools::RunPbtReport(loaded.config.run_dir());  // a missing plot says why; the run's code stands
+      return code;
     }
     opt.config_name = std::filesystem::path(config_path).stem().string();
     return stampede::coordinator::RunCoordinator(loaded.config, opt).exit_code;
