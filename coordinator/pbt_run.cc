@@ -157,6 +157,7 @@ class Population {
  private:
   base::Status Setup(std::vector<Hyper>* start);
   std::vector<std::string> Command(int m) const;
+  void Stop(int m);
   void Lineage(nlohmann::json row);
   void StartFresh(int m);
   bool Resume(int m, const Hyper& h);
@@ -247,6 +248,22 @@ std::vector<std::string> Population::Command(int m) const {
           "--job-name=member-" + std::to_string(m), self_};
 }
 
+// Asks member `m`'s fleet for its ordered stop: SIGTERM here; a job step's through its run
+// directory (srun would cancel the step on a SIGTERM, killing the fleet before its final
+// checkpoint).
+void Population::Stop(int m) {
+  MemberShell& s = members_[size_t(m)];
+  if (s.pid <= 0) return;
+  if (!cfg_.pbt().member_job_steps()) {
+    ::kill(s.pid, SIGTERM);
+    return;
+  }
+  if (const base::Status st = base::WriteFileAtomically(s.dir + "/" + kStopRequest, "stop\n"); !st.ok()) {
+    base::LogWarning("stampede pbt: member %d: %s; signalling its job step instead\n", m, st.message().c_str());
+    ::kill(s.pid, SIGTERM);
+  }
+}
+
 void Population::StartFresh(int m) {
   MemberShell& s = members_[size_t(m)];
   std::vector<std::string> args = Command(m);
@@ -308,7 +325,7 @@ void Population::Carry(const PbtDecision& d) {
       std::fflush(stdout);
       s.pending = d;
       s.stopping = true;
-      if (s.pid > 0) ::kill(s.pid, SIGTERM);
+      Stop(d.member);
       return;
     case PbtDecision::Kind::kRestart:
       Lineage(row);
@@ -423,9 +440,7 @@ int Population::Run() {
       std::printf("stampede pbt: stopping every member (signal %d); stampede run --resume %s continues them\n",
                   base::StopSignal(), dir_.c_str());
       std::fflush(stdout);
-      for (auto& s : members_) {
-        if (s.pid > 0) ::kill(s.pid, SIGTERM);
-      }
+      for (int m = 0; m < core_->size(); ++m) Stop(m);
     }
     if (interrupted) {
       bool any = false;
@@ -470,7 +485,7 @@ int Population::Run() {
   for (int m = 0; m < core_->size(); ++m) {
     const MemberShell& s = members_[size_t(m)];
     nlohmann::json one = {{"frames", s.frames}, {"hyper", HyperJson(core_->hyper(m))}, {"exploits", s.exploits},
-                          {"restarts", s.restarts}, {"exit_code", s.exit_code}};
+                          {"restarts", s.restarts}, {"exit_code", s.exit_code}, {"finished", core_->finished(m)}};
     if (s.objective) one["objective"] = *s.objective;
     if (s.objective && (best < 0 || *s.objective > *members_[size_t(best)].objective)) best = m;
     summary["members"][std::to_string(m)] = one;

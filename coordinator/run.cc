@@ -118,6 +118,17 @@ struct SupervisorState {
 constexpr const char* kScaleRequest = "scale.request";
 constexpr const char* kScaleAnswer = "scale.answer";
 
+// RUN_DIR/stop.request (kStopRequest): the ordered stop, as SIGTERM asks for it, from
+// whoever can write the run directory but not signal this process (a population whose
+// member runs as a Slurm job step: srun cancels a step it forwards SIGTERM to).
+void ServeStopRequest(SupervisorState& st) {
+  const std::string path = st.run_dir + "/" + kStopRequest;
+  std::error_code ec;
+  if (st.run_dir.empty() || st.core->stopping() || !fs::exists(path, ec)) return;
+  fs::remove(path, ec);
+  st.core->RequestStop("asked to stop (" + std::string(kStopRequest) + ")", 130, Clock::now());
+}
+
 // `stampede scale`'s request, if one is waiting: the keys of any actor the new count adds
 // (before it starts, so every server's ZAP handler finds them), then the core's decision,
 // written back for the command to print.
@@ -184,6 +195,7 @@ caf::behavior Running(Supervisor* self) {
         auto& st = self->state;
         if (st.zap) st.core->SetRejectedConnections(st.zap->rejected());
         ServeScaleRequest(st);
+        ServeStopRequest(st);
         st.core->OnTick(Clock::now());
         AfterEvent(self);
         if (!st.core->finished()) self->delayed_send(self, coordinator::Core::kTick, coordinator::tick_atom::value);
@@ -478,6 +490,7 @@ RunResult RunCoordinator(config::Config cfg, const RunOptions& opt) {
     // A scale request or answer left by an earlier run of this directory is not this run's.
     std::error_code ec;
     fs::remove(cfg.run_dir() + "/" + kScaleRequest, ec);
+    fs::remove(cfg.run_dir() + "/" + kStopRequest, ec);  // an old request must not stop this run
     fs::remove(cfg.run_dir() + "/" + kScaleAnswer, ec);
   }
   std::shared_ptr<const wire::Curve> curve;

@@ -46,6 +46,9 @@ int RunCheckpointsCommand(const config::Config& cfg);
 // (RUN_DIR/scale.answer). 0: done; 1: refused, or no coordinator answered within
 // `timeout_s`; 2: RUN_DIR is not a run directory.
 int RunScaleCommand(const std::string& run_dir, int actors, double timeout_s);
+// A file whose appearance in RUN_DIR makes the run's coordinator stop in order (exit 130,
+// as SIGTERM); it reads it every 100 ms and removes it.
+inline constexpr const char* kStopRequest = "stop.request";
 // This executable's path (children and the spec resolver run it).
 std::string SelfExePath();
 

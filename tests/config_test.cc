@@ -339,7 +339,7 @@ TEST_CASE("config: a declared range is checked wherever its message appears, nam
   CHECK(LoadError(WriteTemp("layers_ok", "net { layers { dense { units: 8 } } layers { relu {} } }\n")) == "(loaded)");
 }
 
-TEST_CASE("config: a population's mistakes are located errors; the shipped populations load", "[config][pbt]") {
+TEST_CASE("config: a population's mistakes are located errors, and the shipped populations load", "[config][pbt]") {
   for (const char* name : {"pbt_catch", "pbt_cartpole", "pbt_minatar_breakout"}) {
     LoadedConfig cfg;
     INFO(name);

@@ -78,7 +78,7 @@ TEST_CASE("pbt: a member decides once its own frames pass start_frames and each 
   CHECK(core.frames(1) == 8000);
 }
 
-TEST_CASE("pbt: the bottom quantile exploits the top, with the leader's hyperparameters perturbed; the rest keep") {
+TEST_CASE("pbt: the bottom quantile exploits the top, with the leader's hyperparameters perturbed, and the rest keep") {
   PbtCore core(Cfg(4), Start({1e-5, 2e-5, 3e-5, 1e-3}), 1);
   Figures(&core, 3000, {0.1, 0.5, 0.7, 0.9});
   const auto ds = core.Decide(t0);

@@ -56,6 +56,7 @@ TEST_CASE("pbt: the Catch population exploits its leader, survives a member's le
   CHECK(copied >= 1);
   const json summary = json::parse(Slurp(run_dir + "/pbt_summary.json"));
   CHECK(summary["given_up"] == 0);
+  for (const auto& [m, one] : summary["members"].items()) CHECK(one["finished"] == true);
   CHECK(summary["best_objective"].get<double>() >= 0.9);
   CHECK(fs::exists(run_dir + "/pbt.md"));
 }
