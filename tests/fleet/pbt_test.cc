@@ -60,3 +60,27 @@ TEST_CASE("pbt: the Catch population exploits its leader, survives a member's le
   CHECK(summary["best_objective"].get<double>() >= 0.9);
   CHECK(fs::exists(run_dir + "/pbt.md"));
 }
+
+TEST_CASE("pbt: a population stopped with Ctrl-C exits 1, and --resume continues every member to its budget",
+          "[fleet][pbt]") {
+  const std::string run_dir = FreshRunDir("pbt_resume");
+  Proc p = Start({"run", "configs/pbt_catch.textproto", "--run-dir", run_dir, "--set", "stop.total_env_frames=300000"},
+                 run_dir + ".out");
+  REQUIRE(PidOnceTraining(run_dir + "/member-0", "learner 0", 20) > 0);
+  REQUIRE(::kill(-p.pid, SIGINT) == 0);  // the whole group, as a terminal's Ctrl-C
+  CHECK(Wait(p, std::chrono::seconds(60)) == 1);
+  INFO(Slurp(p.output_path));
+  Proc r = Start({"run", "--resume", run_dir}, run_dir + ".resume.out");
+  const int code = Wait(r, std::chrono::seconds(240));
+  INFO(Slurp(r.output_path));
+  CHECK(code == 0);
+  int resumed = 0;
+  std::ifstream lineage(run_dir + "/pbt.jsonl");
+  for (std::string line; std::getline(lineage, line);) resumed += json::parse(line)["event"] == "resume";
+  CHECK(resumed >= 1);  // every member not already at its budget
+  const json summary = json::parse(Slurp(run_dir + "/pbt_summary.json"));
+  for (const auto& [m, one] : summary["members"].items()) {
+    CHECK(one["finished"] == true);
+    CHECK(one["frames"].get<long long>() >= 300000);
+  }
+}
