@@ -20,6 +20,7 @@
 #include "base/log.h"
 #include "base/signals.h"
 #include "config/config.h"
+#include "coordinator/local_launcher.h"
 #include "coordinator/pbt.h"
 #include "coordinator/run.h"
 #include "coordinator/tensorboard.h"
@@ -108,21 +109,6 @@ void ReadRows(MemberShell* s, config::PbtObjective::Name objective, int min_epis
     }
   }
   s->partial.erase(0, start);
-}
-
-pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
-  std::fflush(stdout);  // else the child's freopen writes this process's buffered lines again
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (FILE* f = std::freopen(log.c_str(), "a", stdout)) dup2(fileno(f), 2);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(args[0].c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
 }
 
 // The leader's newest checkpoint with the member's own frame and step counts (and its
@@ -274,7 +260,7 @@ void Population::StartFresh(int m) {
     for (const auto& set : cfg_.pbt().members(m).set()) args.insert(args.end(), {"--set", set});
   }
   for (const auto& [path, v] : core_->hyper(m)) args.insert(args.end(), {"--set", path + "=" + Num(v)});
-  s.pid = Spawn(args, s.log);
+  s.pid = pid_t(SpawnLogged(args, s.log, {}));
   Lineage({{"event", "start"}, {"member", m}, {"frames", 0}, {"hyper", HyperJson(core_->hyper(m))}, {"pid", s.pid},
            {"job_step", cfg_.pbt().member_job_steps()}});
 }
@@ -286,7 +272,7 @@ bool Population::Resume(int m, const Hyper& h) {
   std::vector<std::string> args = Command(m);
   args.insert(args.end(), {"run", "--resume", s.dir});
   for (const auto& [path, v] : h) args.insert(args.end(), {"--set", path + "=" + Num(v)});
-  s.pid = Spawn(args, s.log);
+  s.pid = pid_t(SpawnLogged(args, s.log, {}));
   s.objective.reset();
   core_->OnResumed(m, h);
   return s.pid > 0;

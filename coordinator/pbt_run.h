@@ -2,11 +2,13 @@
 // decision core (pbt.h). It starts every member as its own `stampede run` in
 // RUN_DIR/member-K (logs in RUN_DIR/member-K.log), reads each member's metrics.jsonl for
 // its frames and objective, and carries out the core's decisions: an exploit stops the
-// member's fleet in order (SIGTERM), writes the leader's newest checkpoint with the
+// member's fleet in order (SIGTERM; RUN_DIR/stop.request for a job step), writes the leader's newest checkpoint with the
 // member's own frame and step counts as the member's checkpoint, and resumes the member
 // with the new hyperparameters (`stampede run --resume member-K --set ...`). Writes
 // RUN_DIR/pbt.jsonl (the lineage), TensorBoard scalars (RUN_DIR/tb: pbt/member-K/...),
-// RUN_DIR/pbt_summary.json and, where the venv has matplotlib, pbt.png.
+// RUN_DIR/pbt_summary.json and, where the venv has matplotlib, pbt.png. Each member runs
+// in its own process group (SpawnLogged): a terminal's Ctrl-C reaches the population,
+// which stops every member in order.
 #pragma once
 
 #include <string>

@@ -244,6 +244,13 @@ std::string SelfExePath() {
   return ec ? std::string("stampede") : p.string();
 }
 
+std::string DefaultRunDir(const std::string& name) {
+  char stamp[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return "runs/" + name + "-" + stamp + "-" + std::to_string(::getpid());
+}
+
 void ResolveRunConfig(config::Config* cfg, const RunOptions& opt, std::string* socket_dir) {
   auto* cl = cfg->mutable_cluster();
   socket_dir->clear();
@@ -290,12 +297,7 @@ void ResolveRunConfig(config::Config* cfg, const RunOptions& opt, std::string* s
   if (UpdateModeOf(*cfg) == config::UpdateMode::allreduce && cl->allreduce_size() == 0) {
     for (int l = 0; l < cfg->learner().num_learners(); ++l) cl->add_allreduce(fresh("allreduce-" + std::to_string(l)));
   }
-  if (cfg->run_dir().empty()) {
-    char stamp[32];
-    std::time_t t = std::time(nullptr);
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
-    cfg->set_run_dir("runs/" + opt.config_name + "-" + stamp + "-" + std::to_string(::getpid()));
-  }
+  if (cfg->run_dir().empty()) cfg->set_run_dir(DefaultRunDir(opt.config_name));
 }
 
 namespace {

@@ -32,6 +32,8 @@ struct RunResult {
   int actor_restarts = 0;
 };
 
+// runs/NAME-<date>-<time>-<pid>: a run directory for a config that names none.
+std::string DefaultRunDir(const std::string& name);
 // Fills endpoints for any cluster address left empty (free loopback ports, or with
 // cluster.local_transport "ipc" on the local launcher sockets in a fresh private directory,
 // whose path goes to *socket_dir for the run to remove at its end; else it is made empty)

@@ -5,7 +5,6 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <optional>
 
@@ -319,10 +318,8 @@ int main(int argc, char** argv) {
       std::vector<std::string> member_sets = sets;
       if (!run_dir.empty()) member_sets.pop_back();  // each member's directory is its own
       if (loaded.config.run_dir().empty()) {
-        char stamp[32];
-        const std::time_t t = std::time(nullptr);
-        std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
-        loaded.config.set_run_dir("runs/pbt-" + std::filesystem::path(config_path).stem().string() + "-" + stamp);
+        loaded.config.set_run_dir(
+            stampede::coordinator::DefaultRunDir("pbt-" + std::filesystem::path(config_path).stem().string()));
       }
       const int code = stampede::coordinator::RunPopulation(loaded.config, config_path, member_sets, false);
       if (code != 2) stampede::tools::RunPbtReport(loaded.config.run_dir());  // a missing plot says why; the run's code stands
