@@ -274,6 +274,10 @@ base::Status ValidateConfig(const LoadedConfig& loaded) {
                "and entropy_online_only need the CPU learner's per-unroll loss; on learner.device \"" + lc.device() +
                "\" use selector \"uniform\" or \"fifo\" with entropy_online_only false");
     }
+    if (lc.ppo_clip() > 0 && lc.device() != "cpu") {
+      return base::InvalidArgument(loaded.Where("learner.ppo_clip") + ": learner.ppo_clip: " + FormatNumber(lc.ppo_clip()) +
+               " needs the CPU learner's loss; on learner.device \"" + lc.device() + "\" leave it 0 (V-trace's policy gradient)");
+    }
     if (lc.num_learners() > c.actors().num_actors()) {
       return base::InvalidArgument(loaded.Where("learner.num_learners") + ": learner.num_learners: " + std::to_string(lc.num_learners()) +
                " learners, but only " + std::to_string(c.actors().num_actors()) +

@@ -26,6 +26,7 @@ LossOptions LossOptionsFrom(const config::Config& cfg) {
   lo.reward_scale = lc.reward_scale();
   lo.popart = PopArtOn(cfg);
   lo.normalize_advantages = lc.normalize_advantages();
+  lo.ppo_clip = lc.ppo_clip();
   if (lc.replay().fraction() > 0) {
     lo.entropy_online_only = lc.replay().entropy_online_only();
     lo.trust_region_kl = lc.replay().trust_region_kl();

@@ -136,6 +136,17 @@ void Diagnose(const Targets<S>& tg, const std::vector<uint8_t>& kept, const Loss
   st->m[base::StepMetric::kRhoClipFraction] = clipped / n;
 }
 
+// Step i's policy-gradient advantage: V-trace's (weighted by min(rho, rho_pg)), or with
+// PPO's surrogate the same without that weight (r A comes back in the surrogate).
+template <class S>
+double PgAdvantage(const Targets<S>& tg, int i, const LossOptions& opt) {
+  const double a = double(tg.pg_advantages[size_t(i)]);
+  if (opt.ppo_clip <= 0) return a;
+  const double r = std::exp(double(tg.log_rhos[size_t(i)]));
+  const double rho_pg = opt.vtrace.clip_pg_rho_threshold;
+  return a / (rho_pg > 0 ? std::min(r, rho_pg) : r);
+}
+
 // Loss and gradient from the network outputs of the last Forward (f).
 template <class S>
 LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, const Batch& batch,
@@ -170,7 +181,7 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
       }
     }
     kept[size_t(i)] = 1;
-    const double a = double(tg.pg_advantages[i]);
+    const double a = PgAdvantage(tg, i, opt);
     adv_sum += a;
     adv_sum_sq += a * a;
     adv_n += 1;
@@ -184,10 +195,23 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
     const double w = batch.weights.empty() ? 1.0 : double(batch.weights[size_t(b)]);
     const double entropy_cost = replayed && opt.entropy_online_only ? 0.0 : opt.entropy_cost;
     ActionRow(batch, i, K, action);
-    const double raw_adv = double(tg.pg_advantages[i]);
-    const double adv =
+    const double raw_adv = PgAdvantage(tg, i, opt);
+    double adv =
         w * (opt.normalize_advantages ? net::StandardisedAdvantage(raw_adv, adv_sum, adv_sum_sq, adv_n) : raw_adv);
-    pg_loss += -adv * net::PolicyLogProb(pol, out, action);
+    const double log_pi = net::PolicyLogProb(pol, out, action);
+    if (opt.ppo_clip > 0) {
+      // PPO's surrogate with r = pi / mu at these parameters: d(-min(r A, clip(r) A)) =
+      // -r A dlog pi where r A is the smaller term, 0 where the clipped one is (the policy
+      // moved past 1 +- e in A's direction).
+      const double r = std::exp(log_pi - net::PolicyLogProb(pol, &batch.behaviour_logits[size_t(i) * P], action));
+      const double a0 = adv;
+      const bool clipped = a0 >= 0 ? r > 1 + opt.ppo_clip : r < 1 - opt.ppo_clip;
+      const double rc = std::clamp(r, 1 - opt.ppo_clip, 1 + opt.ppo_clip);
+      pg_loss += -std::min(r * a0, rc * a0);
+      adv = clipped ? 0.0 : r * a0;
+    } else {
+      pg_loss += -adv * log_pi;
+    }
     const double h = net::PolicyEntropy(pol, out);
     entropy_sum += h;
     if (entropy_cost != 0.0 || opt.entropy_cost == 0.0) entropy_bonus_sum += h;

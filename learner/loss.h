@@ -35,6 +35,10 @@ struct LossOptions {
   double trust_region_kl = 0;
   // Standardise the policy-gradient advantages over the batch's counted steps.
   bool normalize_advantages = false;
+  // > 0: PPO's clipped surrogate (Sample Factory's APPO) in place of V-trace's policy
+  // gradient: -min(r A, clip(r, 1 - ppo_clip, 1 + ppo_clip) A), r = pi / mu, A the V-trace
+  // advantage without its rho weight.
+  double ppo_clip = 0;
 };
 
 template <class S>

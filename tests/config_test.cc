@@ -371,3 +371,12 @@ TEST_CASE("config: a population's mistakes are located errors, and the shipped p
   CHECK_THAT(LoadError(path, {"pbt.objective=evaluation"}), Catch::Contains("\"evaluation\" needs evaluation rounds"));
   CHECK_THAT(LoadError(path, {"pbt.objective=normalised_median"}), Catch::Contains("ranks a suite's tasks; this config has no tasks"));
 }
+
+TEST_CASE("config: learner.ppo_clip is the CPU learner's and lies in [0, 1]", "[config]") {
+  const auto path = WriteTemp("ppo_clip", "seed: 1\nlearner {\n  ppo_clip: 0.2\n}\n");
+  CHECK(LoadError(path) == "(loaded)");
+  const std::string gpu = LoadError(path, {"learner.device=cuda:0"});
+  CHECK_THAT(gpu, Catch::StartsWith(path + ":3:"));
+  CHECK_THAT(gpu, Catch::Contains("learner.ppo_clip: 0.2 needs the CPU learner's loss"));
+  CHECK_THAT(LoadError(path, {"learner.ppo_clip=1.5"}), Catch::Contains("learner.ppo_clip"));
+}

@@ -2,6 +2,7 @@
 // outputs, and its gradient against central finite differences for every parameter.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -461,4 +462,63 @@ TEST_CASE("loss: normalize_advantages standardises the advantages over the batch
   learner::LossAndGrad(mlp, p.data(), batch, t1, opt, g1.data());
   learner::LossAndGrad(mlp, p.data(), batch, t2, opt, g2.data());
   for (int64_t k = 0; k < N; ++k) CHECK(g2[k] == Approx(g1[k]).margin(1e-9));
+}
+
+TEST_CASE("loss: ppo_clip takes PPO's clipped surrogate with V-trace's advantages", "[loss]") {
+  const auto spec = SmallSpec(net::Activation::kTanh);
+  const int T = 6, B = 4, A = 3;
+  learner::Batch batch = RandomBatch(T, B, 3, A, 29);
+  auto model = net::MakeCpuModel<double>(spec);
+  auto& mlp = *model;
+  const int64_t N = mlp.layout().total_size();
+  std::vector<float> pf(N);
+  net::InitParams(spec, 6, pf);
+  std::vector<double> p(pf.begin(), pf.end());
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> noise(0, 0.4);
+  for (auto& x : p) x += noise(rng);  // a policy away from the behaviour's
+  learner::LossOptions opt;
+  opt.entropy_cost = 0.02;
+  opt.ppo_clip = 0.2;
+  const auto targets = learner::ComputeTargets(mlp, p.data(), batch, opt);
+  std::vector<double> grad(N, 0.0);
+  const auto st = learner::LossAndGrad(mlp, p.data(), batch, targets, opt, grad.data());
+
+  // The surrogate by its definition from the network's outputs: r = pi / mu, A the V-trace
+  // advantage divided by its weight min(r, 1).
+  std::vector<double> logits((T + 1) * B * A), values((T + 1) * B);
+  mlp.Step(p.data(), batch.observations.data(), (T + 1) * B, nullptr, nullptr, nullptr, logits.data(),
+           values.data());
+  auto log_softmax = [](const auto* z, int n, int a) {
+    double m = 0;
+    for (int j = 0; j < n; ++j) m += std::exp(double(z[j]));
+    return double(z[a]) - std::log(m);
+  };
+  double pg = 0;
+  int clipped_up = 0, clipped_down = 0;
+  for (int i = 0; i < T * B; ++i) {
+    if (!batch.valid[i]) continue;
+    const int a = batch.actions[i];
+    const double r = std::exp(log_softmax(&logits[i * A], A, a) - log_softmax(&batch.behaviour_logits[i * A], A, a));
+    const double adv = targets.pg_advantages[i] / std::min(r, 1.0);
+    pg -= std::min(r * adv, std::clamp(r, 0.8, 1.2) * adv);
+    clipped_up += adv > 0 && r > 1.2;
+    clipped_down += adv < 0 && r < 0.8;
+  }
+  REQUIRE(clipped_up > 0);  // the batch has steps clipped either way
+  REQUIRE(clipped_down > 0);
+  CHECK(st.m[base::StepMetric::kPgLoss] == Approx(pg).epsilon(1e-9));
+  // Its gradient (r's too: r moves with the parameters) against finite differences.
+  CHECK(CheckAgainstFiniteDifferences(mlp, p, batch, targets, opt, grad) == N);
+
+  // On-policy (the behaviour is the current policy, r = 1) it is V-trace's gradient.
+  learner::Batch on = batch;
+  for (size_t k = 0; k < on.behaviour_logits.size(); ++k) on.behaviour_logits[k] = float(logits[k]);
+  learner::LossOptions vt = opt;
+  vt.ppo_clip = 0;
+  const auto t_on = learner::ComputeTargets(mlp, p.data(), on, vt);
+  std::vector<double> g_ppo(N, 0.0), g_vt(N, 0.0);
+  learner::LossAndGrad(mlp, p.data(), on, t_on, opt, g_ppo.data());
+  learner::LossAndGrad(mlp, p.data(), on, t_on, vt, g_vt.data());
+  for (int64_t k = 0; k < N; ++k) CHECK(g_ppo[k] == Approx(g_vt[k]).epsilon(1e-5).margin(1e-6));
 }
