@@ -8,7 +8,8 @@
 #   Stampede: `stampede run configs/atari_pong.textproto` with replay off and batch 16
 #     (each frame trained on once, as Sample Factory's single epoch; the shipped config
 #     replays half of every batch, which halves its learner-bound frames/s), plus any
-#     --set given (later ones win).
+#     --set given (later ones win). --shipped runs the config as it ships instead (replay
+#     on), the parts' limit then counting replay's share of each batch.
 # Each run lasts SECONDS; its figure is its frames/s after the first WARMUP seconds, from
 # its own frame counters (Sample Factory's "Total num frames", Stampede's progress lines),
 # with the median of its rate readings beside it. Both count ALE frames (frame skip 4).
@@ -19,19 +20,20 @@
 # lines give the mean of the before and after readings and the fleet's share of each, so the
 # machine's drift between runs does not enter the share.
 #
-# usage: tools/bench_sample_factory.sh [--pairs N] [--seconds S] [--warmup W] [--set path=value ...]
+# usage: tools/bench_sample_factory.sh [--pairs N] [--seconds S] [--warmup W] [--shipped] [--set path=value ...]
 # Sample Factory lives in its own venv (SF_VENV, default runs/sf-venv), made on first
 # use from PyPI with the ROMs of the project venv's ale-py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pairs=3 seconds=150 warmup=30
-sets=()
+sets=() recipe=(--set learner.replay.fraction=0 --set learner.batch_size=16)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --pairs) pairs=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --set) sets+=(--set "$2"); shift 2 ;;
+    --shipped) recipe=(); shift ;;
     *) echo "bench_sample_factory: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -51,6 +53,7 @@ out=runs/bench-sample-factory
 mkdir -p "$out"
 sf_version=$("$sf_venv/bin/python" -c "import importlib.metadata as m; print(m.version('sample-factory'), 'with torch', m.version('torch'))" 2> /dev/null || echo "?")
 echo "bench_sample_factory: $pairs pairs of $seconds s runs (frames/s after the first $warmup s), Sample Factory $sf_version, $(nproc) cores"
+echo "  Stampede: configs/atari_pong.textproto ${recipe[*]:-as it ships (replay on)} ${sets[*]:-}"
 
 # A run's frames/s after the warm-up and the median of its rate readings (tools/fleet_rate.py).
 rate() { python3 tools/fleet_rate.py "$1" "$2" "$warmup"; }
@@ -59,7 +62,7 @@ rate() { python3 tools/fleet_rate.py "$1" "$2" "$warmup"; }
 # its output appended to LOG.
 limit() {
   "$stampede" bench --config configs/atari_pong.textproto --seconds 5 --fleet-frames 0 --copies "$2" \
-    --set learner.replay.fraction=0 --set learner.batch_size=16 "${sets[@]}" 2>&1 | tee -a "$1" |
+    "${recipe[@]}" "${sets[@]}" 2>&1 | tee -a "$1" |
     sed -n 's/^RESULT parts_limit_frames_per_s=\([0-9.]*\).*/\1/p'
 }
 mean2() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN {print (a > 0 && b > 0 ? (a + b) / 2 : "nan")}'; }
@@ -81,8 +84,7 @@ for ((p = 1; p <= pairs; p++)); do
   busy_before=$(limit "$out/limit-$p.log" "$(nproc)")
   alone_before=$(limit "$out/limit-$p.log" 1)
   timeout -s INT "$seconds" "$stampede" run configs/atari_pong.textproto --run-dir "$out/stampede-$p" \
-    --set stop.total_env_frames=1000000000 --set learner.replay.fraction=0 --set learner.batch_size=16 \
-    "${sets[@]}" > "$st_log" 2>&1 || true
+    --set stop.total_env_frames=1000000000 "${recipe[@]}" "${sets[@]}" > "$st_log" 2>&1 || true
   sleep 5
   busy_after=$(limit "$out/limit-$p.log" "$(nproc)")
   alone_after=$(limit "$out/limit-$p.log" 1)
