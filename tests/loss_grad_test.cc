@@ -27,6 +27,14 @@ net::ModelSpec SmallSpec(net::Activation act) {
   return s;
 }
 
+// log softmax(z)[a] over n logits, by its definition (float or double logits).
+template <class T>
+double LogSoftmax(const T* z, int n, int a) {
+  double m = 0;
+  for (int j = 0; j < n; ++j) m += std::exp(double(z[j]));
+  return double(z[a]) - std::log(m);
+}
+
 // Checks grad against central finite differences of the loss's total for every parameter
 // (targets fixed: they are constants of the gradient); returns how many were checked.
 template <class Model>
@@ -334,11 +342,6 @@ TEST_CASE("loss: replayed unrolls use their stored behaviour logits, importance 
   std::vector<double> logits((T + 1) * B * A), values((T + 1) * B);
   mlp.Step(p.data(), marked.observations.data(), (T + 1) * B, nullptr, nullptr, nullptr, logits.data(),
            values.data());
-  auto log_softmax = [](const auto* z, int n, int a) {
-    double m = 0;
-    for (int j = 0; j < n; ++j) m += std::exp(double(z[j]));
-    return double(z[a]) - std::log(m);
-  };
   // V-trace by its definition (lambda 1, rho-bar = c-bar = 1) for the replayed column,
   // with the behaviour policy its stored logits.
   {
@@ -347,8 +350,8 @@ TEST_CASE("loss: replayed unrolls use their stored behaviour logits, importance 
     vs[T] = values[T * B + b];
     for (int t = T - 1; t >= 0; --t) {
       const int i = t * B + b;
-      const double log_rho = log_softmax(&logits[i * A], A, marked.actions[i]) -
-                             log_softmax(&marked.behaviour_logits[i * A], A, marked.actions[i]);
+      const double log_rho = LogSoftmax(&logits[i * A], A, marked.actions[i]) -
+                             LogSoftmax(&marked.behaviour_logits[i * A], A, marked.actions[i]);
       const double c = std::min(1.0, std::exp(log_rho));
       const double delta = c * (marked.rewards[i] + opt.discount * values[(t + 1) * B + b] - values[i]);
       vs[t] = values[i] + delta + opt.discount * c * (vs[t + 1] - values[(t + 1) * B + b]);
@@ -362,11 +365,11 @@ TEST_CASE("loss: replayed unrolls use their stored behaviour logits, importance 
   for (int i = 0; i < T * B; ++i) {
     const int b = i % B;
     const double w = marked.weights[b];
-    pg -= w * targets.pg_advantages[i] * log_softmax(&logits[i * A], A, marked.actions[i]);
+    pg -= w * targets.pg_advantages[i] * LogSoftmax(&logits[i * A], A, marked.actions[i]);
     base += w * 0.5 * (targets.vs[i] - values[i]) * (targets.vs[i] - values[i]);
     if (b == 2) continue;
     for (int j = 0; j < A; ++j) {
-      const double lp = log_softmax(&logits[i * A], A, j);
+      const double lp = LogSoftmax(&logits[i * A], A, j);
       ent_fresh -= std::exp(lp) * lp;
     }
   }
@@ -382,7 +385,7 @@ TEST_CASE("loss: replayed unrolls use their stored behaviour logits, importance 
     double pg_fresh = 0;
     for (int i = 0; i < T * B; ++i) {
       if (i % B == 2) continue;
-      pg_fresh -= targets.pg_advantages[i] * log_softmax(&logits[i * A], A, marked.actions[i]);
+      pg_fresh -= targets.pg_advantages[i] * LogSoftmax(&logits[i * A], A, marked.actions[i]);
     }
     CHECK(cut.m[base::StepMetric::kPgLoss] == Approx(pg_fresh));
     o3.trust_region_kl = 1e9;  // none is
@@ -394,7 +397,7 @@ TEST_CASE("loss: replayed unrolls use their stored behaviour logits, importance 
     net::PolicyShape pol = net::CategoricalPolicy(3);
     double kl = 0;
     for (int a = 0; a < 3; ++a) {
-      const double lb = log_softmax(zb, 3, a), lc = log_softmax(zc, 3, a);
+      const double lb = LogSoftmax(zb, 3, a), lc = LogSoftmax(zc, 3, a);
       kl += std::exp(lb) * (lb - lc);
     }
     CHECK(learner::PolicyKl(pol, zb, zc) == Approx(kl).epsilon(1e-12));
@@ -489,17 +492,12 @@ TEST_CASE("loss: ppo_clip takes PPO's clipped surrogate with V-trace's advantage
   std::vector<double> logits((T + 1) * B * A), values((T + 1) * B);
   mlp.Step(p.data(), batch.observations.data(), (T + 1) * B, nullptr, nullptr, nullptr, logits.data(),
            values.data());
-  auto log_softmax = [](const auto* z, int n, int a) {
-    double m = 0;
-    for (int j = 0; j < n; ++j) m += std::exp(double(z[j]));
-    return double(z[a]) - std::log(m);
-  };
   double pg = 0;
   int clipped_up = 0, clipped_down = 0;
   for (int i = 0; i < T * B; ++i) {
     if (!batch.valid[i]) continue;
     const int a = batch.actions[i];
-    const double r = std::exp(log_softmax(&logits[i * A], A, a) - log_softmax(&batch.behaviour_logits[i * A], A, a));
+    const double r = std::exp(LogSoftmax(&logits[i * A], A, a) - LogSoftmax(&batch.behaviour_logits[i * A], A, a));
     const double adv = targets.pg_advantages[i] / std::min(r, 1.0);
     pg -= std::min(r * adv, std::clamp(r, 0.8, 1.2) * adv);
     clipped_up += adv > 0 && r > 1.2;
