@@ -204,11 +204,10 @@ LossStats GradFrom(net::Model<S>& net, const S* params, const Forwarded<S>& f, c
       // -r A dlog pi where r A is the smaller term, 0 where the clipped one is (the policy
       // moved past 1 +- e in A's direction).
       const double r = std::exp(log_pi - net::PolicyLogProb(pol, &batch.behaviour_logits[size_t(i) * P], action));
-      const double a0 = adv;
-      const bool clipped = a0 >= 0 ? r > 1 + opt.ppo_clip : r < 1 - opt.ppo_clip;
+      const bool clipped = adv >= 0 ? r > 1 + opt.ppo_clip : r < 1 - opt.ppo_clip;
       const double rc = std::clamp(r, 1 - opt.ppo_clip, 1 + opt.ppo_clip);
-      pg_loss += -std::min(r * a0, rc * a0);
-      adv = clipped ? 0.0 : r * a0;
+      pg_loss += -std::min(r * adv, rc * adv);
+      adv = clipped ? 0.0 : r * adv;
     } else {
       pg_loss += -adv * log_pi;
     }
