@@ -346,6 +346,11 @@ base::Status RunActor(const config::Config& cfg, int task_index, std::atomic<boo
     std::optional<base::TraceSpan> send_span(std::in_place, "send", "actor");
     bool sent = false;
     while (!stop.load() && !(sent = wire::SendTrajectory(out, batch))) {
+      // The learner is behind (its queue is full): keep the parameters current while this
+      // unroll waits, so that the next one starts from the newest version rather than the
+      // one answered before the wait. The unroll sent carries its own behaviour logits and
+      // version, so nothing in it changes. Each try above waits up to 100 ms.
+      if (fetcher) fetcher->Poll(params, &version);
       if (Clock::now() - last_report > std::chrono::seconds(1)) {
         status.set_actor_send_wait_s(
             total_wait + std::chrono::duration<double>(Clock::now() - send_start).count());
