@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "net/layout.h"
 #include "net/network.h"  // ImageShape, ConvShape
 
@@ -58,6 +59,14 @@ std::unique_ptr<Layer<S>> MakeMaxPool(ImageShape in, int k, int stride, int pad)
 // padding 1 and in.c channels ("<name>/conv0", "<name>/conv1").
 template <class S>
 std::unique_ptr<Layer<S>> MakeResidual(ParamLayout* layout, const std::string& name, ImageShape in);
+
+// A torso's layers (net/network.h's Torso: a preset's list or net.layers) on an
+// observation of `obs_shape`, their parameters registered in list order (what a CPU
+// model builds; the bench times them one by one). An error names a layer that does not
+// fit its input.
+template <class S>
+base::StatusOr<std::vector<std::unique_ptr<Layer<S>>>> BuildTorso(const Torso& torso, const std::vector<int>& obs_shape,
+                                                                  ParamLayout* layout);
 
 // An LSTM core over a time-major sequence [T1, B, in]: gates [i, f, g, o] =
 // x Wx + h Wh + b ("<name>/wx" [in, 4H], "<name>/wh" [H, 4H], "<name>/b" [4H]);

@@ -32,12 +32,12 @@ ImageShape ImageOf(const std::vector<int>& shape) {
   return ImageShape{};
 }
 
-// The torso's layers, registering their parameters in list order; an error when a layer
-// does not fit its input.
+}  // namespace
+
 template <class S>
-base::StatusOr<std::vector<std::unique_ptr<Layer<S>>>> BuildTorso(const Torso& torso, const ModelSpec& spec,
+base::StatusOr<std::vector<std::unique_ptr<Layer<S>>>> BuildTorso(const Torso& torso, const std::vector<int>& obs_shape,
                                                                   ParamLayout* layout) {
-  ASSIGN_OR_RETURN(const std::vector<LayerIo> io, TorsoShapes(torso, spec.obs_shape));
+  ASSIGN_OR_RETURN(const std::vector<LayerIo> io, TorsoShapes(torso, obs_shape));
   layout->set_tag(torso.tag);
   std::vector<std::unique_ptr<Layer<S>>> L;
   for (size_t i = 0; i < torso.layers.size(); ++i) {
@@ -66,6 +66,14 @@ base::StatusOr<std::vector<std::unique_ptr<Layer<S>>>> BuildTorso(const Torso& t
   }
   return L;
 }
+template base::StatusOr<std::vector<std::unique_ptr<Layer<float>>>> BuildTorso<float>(const Torso&,
+                                                                                    const std::vector<int>&,
+                                                                                    ParamLayout*);
+template base::StatusOr<std::vector<std::unique_ptr<Layer<double>>>> BuildTorso<double>(const Torso&,
+                                                                                      const std::vector<int>&,
+                                                                                      ParamLayout*);
+
+namespace {
 
 template <class S>
 class CpuModel : public Model<S> {
@@ -74,7 +82,7 @@ class CpuModel : public Model<S> {
     if (std::string e = spec.Check(); !e.empty()) throw std::invalid_argument(e);
     const Torso torso = TorsoOf(spec_);
     images_ = torso.images();
-    auto built = BuildTorso<S>(torso, spec_, &layout_);
+    auto built = BuildTorso<S>(torso, spec_.obs_shape, &layout_);
     if (!built.ok()) throw std::invalid_argument(built.status().message());
     torso_ = std::move(built).value();
     feature_ = torso_.empty() ? spec_.obs_size() : torso_.back()->out_size();

@@ -24,6 +24,7 @@ const char* ConvBackendName(ConvBackend backend) { return backend == ConvBackend
 #ifdef STAMPEDE_HAVE_ONEDNN
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -220,6 +221,91 @@ std::string OneDnnConv::Kernels(int n) {
   return std::string(p.fpd.impl_info_str()) + " / " + p.bwpd.impl_info_str() + " / " + p.bdpd.impl_info_str();
 }
 
+base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, double seconds) {
+  OneThread();
+  using Clock = std::chrono::steady_clock;
+  try {
+    auto& eng = Engine();
+    dnnl::stream stream(eng);
+    const memory::dims src_dims{n, g.c, g.h, g.w}, w_dims{g.o, g.c, g.k, g.k}, b_dims{g.o},
+        dst_dims{n, g.o, g.oh, g.ow}, strides{g.s, g.s}, pad{g.p, g.p};
+    // The layouts oneDNN prefers ("any"); where that lands on a reference kernel (far
+    // slower than what OneDnnConv runs), NHWC activations, OneDnnConv's own choice.
+    dnnl::convolution_forward::primitive_desc fpd;
+    dnnl::convolution_backward_weights::primitive_desc bwpd;
+    dnnl::convolution_backward_data::primitive_desc bdpd;
+    std::string refs;
+    for (const tag act : {tag::any, tag::nhwc}) {
+      const memory::desc src_d(src_dims, dt::f32, act), dst_d(dst_dims, dt::f32, act),
+          w_any(w_dims, dt::f32, tag::any), b_d(b_dims, dt::f32, tag::x);
+      fpd = dnnl::convolution_forward::primitive_desc(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                          src_d, w_any, b_d, dst_d, strides, pad, pad),
+          eng);
+      bwpd = dnnl::convolution_backward_weights::primitive_desc(
+          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, fpd.src_desc(), w_any, b_d,
+                                                   fpd.dst_desc(), strides, pad, pad),
+          eng, fpd);
+      bdpd = dnnl::convolution_backward_data::primitive_desc(
+          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_d, w_any, fpd.dst_desc(),
+                                                strides, pad, pad),
+          eng, fpd);
+      refs.clear();
+      for (const char* k : {fpd.impl_info_str(), bwpd.impl_info_str(), bdpd.impl_info_str()}) {
+        if (IsReference(k)) refs += std::string(refs.empty() ? "" : ", ") + k;
+      }
+      if (refs.empty()) break;
+    }
+    if (!refs.empty()) return base::Unavailable("oneDNN has only its reference kernel (" + refs + ") for this convolution");
+    const memory::desc b_d(b_dims, dt::f32, tag::x);
+    // Each primitive's memories in the descs it asked for (a layout one primitive prefers
+    // and another does not would need a reorder, which a caller keeping that layout
+    // across layers would pay once; it is not counted here).
+    auto filled = [&](const memory::desc& d) {
+      memory m(d, eng);
+      float* p = static_cast<float*>(m.get_data_handle());
+      for (size_t i = 0; i < d.get_size() / sizeof(float); ++i) p[i] = 0.01f * float(int(i % 17) - 8);
+      return m;
+    };
+    memory src = filled(fpd.src_desc()), w = filled(fpd.weights_desc()), b = filled(b_d), dst = filled(fpd.dst_desc());
+    memory bw_src = filled(bwpd.src_desc()), bw_ddst = filled(bwpd.diff_dst_desc()),
+           bw_dw = filled(bwpd.diff_weights_desc()), bw_db = filled(bwpd.diff_bias_desc());
+    memory bd_ddst = filled(bdpd.diff_dst_desc()), bd_w = filled(bdpd.weights_desc()),
+           bd_dsrc = filled(bdpd.diff_src_desc());
+    dnnl::convolution_forward fwd(fpd);
+    dnnl::convolution_backward_weights bww(bwpd);
+    dnnl::convolution_backward_data bwd(bdpd);
+    auto time = [&](auto&& run) {
+      run();  // untimed: the first call's setup
+      stream.wait();
+      int calls = 0;
+      const auto start = Clock::now();
+      double elapsed = 0;
+      do {
+        run();
+        stream.wait();
+        ++calls;
+      } while ((elapsed = std::chrono::duration<double>(Clock::now() - start).count()) < seconds);
+      return 1e3 * elapsed / calls;
+    };
+    ConvAloneMs out;
+    out.forward = time([&] {
+      fwd.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
+    });
+    out.backward_weights = time([&] {
+      bww.execute(stream, {{DNNL_ARG_SRC, bw_src}, {DNNL_ARG_DIFF_DST, bw_ddst}, {DNNL_ARG_DIFF_WEIGHTS, bw_dw},
+                           {DNNL_ARG_DIFF_BIAS, bw_db}});
+    });
+    out.backward_data = time([&] {
+      bwd.execute(stream, {{DNNL_ARG_DIFF_DST, bd_ddst}, {DNNL_ARG_WEIGHTS, bd_w}, {DNNL_ARG_DIFF_SRC, bd_dsrc}});
+    });
+    out.kernels = std::string(fpd.impl_info_str()) + " / " + bwpd.impl_info_str() + " / " + bdpd.impl_info_str();
+    return out;
+  } catch (const dnnl::error& e) {
+    return base::Unavailable(std::string("oneDNN: ") + e.what());
+  }
+}
+
 bool OneDnnBuilt() { return true; }
 
 void OneDnnOneThread() { OneThread(); }
@@ -246,6 +332,9 @@ void OneDnnConv::Backward(const float*, const float*, const float*, int, float*,
   throw std::logic_error("OneDnnConv without oneDNN");
 }
 std::string OneDnnConv::Kernels(int) { return {}; }
+base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry&, int, double) {
+  return base::Unavailable("this build has no oneDNN (libdnnl-dev was not found when it was configured)");
+}
 bool OneDnnBuilt() { return false; }
 
 void OneDnnOneThread() {}

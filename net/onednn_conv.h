@@ -18,6 +18,16 @@ struct ConvGeometry {
   int k = 0, s = 1, p = 0;     // square kernel, stride, padding
 };
 
+// oneDNN's convolution on its own, as a yardstick for OneDnnConv (`stampede bench
+// --networks`' table by layer): every tensor in the layout oneDNN prefers (no reorders),
+// the whole batch of n in one call, each primitive run repeatedly for `seconds`.
+// Milliseconds per call; Unavailable without oneDNN.
+struct ConvAloneMs {
+  double forward = 0, backward_weights = 0, backward_data = 0;
+  std::string kernels;  // forward / backward weights / backward data
+};
+base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, double seconds);
+
 class OneDnnConv {
  public:
   // Unavailable where the build has no oneDNN or oneDNN has only its reference kernel for

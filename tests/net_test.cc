@@ -113,13 +113,29 @@ TEST_CASE("layers: forward passes equal hand-computed values", "[net]") {
     conv->Forward(p.data(), img.data(), 1, out.data());
     CHECK(out == std::vector<double>{0, 0, 0, 1});
   }
-  SECTION("max-pool: 3x3 stride 2 padding 1 on a 4x4 image") {
+  SECTION("max-pool: 3x3 stride 2 padding 1 on a 4x4 image, forward and backward") {
     auto pool = net::MakeMaxPool<double>(ImageShape{1, 4, 4}, 3, 2, 1);
     const std::vector<double> img = {1, 5, 2, 0, 3, 4, 9, 1, 0, 2, 1, 8, 7, 0, 3, 6};
     std::vector<double> out(4);
     pool->Forward(nullptr, img.data(), 1, out.data());
     // windows rows/cols {0,1}x{0,1}, {0,1}x{1,2,3}, {1,2,3}x{0,1}, {1,2,3}x{1,2,3}
     CHECK(out == std::vector<double>{5, 9, 7, 9});
+    // The gradient goes to each window's first maximum in row-major order (a tie at (1, 0)
+    // loses to (0, 1)), alike from the winners the forward kept (the same input) and from
+    // the windows searched again (another buffer with the same values).
+    std::vector<double> tied = img;
+    tied[4] = 5;
+    pool->Forward(nullptr, tied.data(), 1, out.data());
+    CHECK(out == std::vector<double>{5, 9, 7, 9});
+    const std::vector<double> dout = {1, 2, 3, 4};
+    const std::vector<double> expected = {0, 1, 0, 0, 0, 0, 6, 0, 0, 0, 0, 0, 3, 0, 0, 0};
+    std::vector<double> din(16, -1);
+    pool->Backward(nullptr, tied.data(), out.data(), dout.data(), 1, din.data(), nullptr);
+    CHECK(din == expected);
+    const std::vector<double> copy = tied;
+    std::fill(din.begin(), din.end(), -1);
+    pool->Backward(nullptr, copy.data(), out.data(), dout.data(), 1, din.data(), nullptr);
+    CHECK(din == expected);
   }
   SECTION("LSTM: one step of one unit") {
     net::ParamLayout L;

@@ -426,74 +426,6 @@ int RunBench(const BenchOptions& opt) {
   return 0;
 }
 
-namespace {
-// Where a shallow CNN learner step's time goes, layer by layer, at the Pong config's
-// B = 16, T = 20 (336 rows): forward and backward milliseconds and GFLOP/s of each layer
-// (backward counted as twice the forward's FLOPs; the first layer computes no input
-// gradient, so its backward is one product, counted as such).
-void PrintShallowCnnLayers(double seconds, double peak) {
-  const int rows = 21 * 16;
-  net::ParamLayout layout;
-  std::vector<std::pair<std::string, std::unique_ptr<net::Layer<float>>>> layers;
-  const net::ImageShape in{4, 84, 84};
-  const net::ImageShape c0 = net::ConvShape(in, 16, 8, 4, 0), c1 = net::ConvShape(c0, 32, 4, 2, 0);
-  layers.emplace_back("conv 4->16 8x8/4", net::MakeConv<float>(&layout, "c0", in, 16, 8, 4, 0));
-  layers.emplace_back("relu", net::MakeRelu<float>(c0.size()));
-  layers.emplace_back("conv 16->32 4x4/2", net::MakeConv<float>(&layout, "c1", c0, 32, 4, 2, 0));
-  layers.emplace_back("relu", net::MakeRelu<float>(c1.size()));
-  layers.emplace_back("fc 2592->256", net::MakeDense<float>(&layout, "fc", c1.size(), 256));
-  layers.emplace_back("relu", net::MakeRelu<float>(256));
-  envs::SplitMix64 rng(7);
-  auto uniform = [&rng](float scale) { return scale * (float(rng() % 2001) / 1000.f - 1.f); };
-  std::vector<float> params(layout.total_size()), grad(params.size());
-  for (auto& v : params) v = uniform(0.05f);
-  std::vector<std::vector<float>> acts(layers.size() + 1), grads(layers.size() + 1);
-  acts[0].resize(size_t(rows) * in.size());
-  for (auto& v : acts[0]) v = float(rng() % 256) / 255.f;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    acts[i + 1].resize(size_t(rows) * layers[i].second->out_size());
-    grads[i].resize(acts[i].size());
-  }
-  grads.back().resize(acts.back().size());
-  for (auto& v : grads.back()) v = uniform(0.01f);
-  std::vector<double> fwd(layers.size(), 0), bwd(layers.size(), 0);
-  auto pass = [&](bool timed) {
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const auto t0 = Clock::now();
-      layers[i].second->Forward(params.data(), acts[i].data(), rows, acts[i + 1].data());
-      if (timed) fwd[i] += Since(t0);
-    }
-    for (size_t i = layers.size(); i-- > 0;) {
-      const auto t0 = Clock::now();
-      layers[i].second->Backward(params.data(), acts[i].data(), acts[i + 1].data(), grads[i + 1].data(), rows,
-                                 i == 0 ? nullptr : grads[i].data(), grad.data());
-      if (timed) bwd[i] += Since(t0);
-    }
-  };
-  pass(false);  // untimed: oneDNN's primitives, "auto"'s first-use timing of each product
-  int reps = 0;
-  const auto start = Clock::now();
-  do {
-    pass(true);
-    ++reps;
-  } while (Since(start) < seconds);
-  std::printf("  shallow CNN learner step by layer (B=16, T=20: %d rows, %d reps):\n", rows, reps);
-  std::printf("    %-20s %10s %10s %10s %10s\n", "layer", "fwd ms", "fwd GF/s", "bwd ms", "bwd GF/s");
-  double total = 0, total_flops = 0;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const double f = layers[i].second->flops() * rows;
-    const double fms = 1e3 * fwd[i] / reps, bms = 1e3 * bwd[i] / reps;
-    const double bflops = (i == 0 ? 1.0 : 2.0) * f;
-    total += fms + bms;
-    total_flops += f + bflops;
-    std::printf("    %-20s %10.2f %10.1f %10.2f %10.1f\n", layers[i].first.c_str(), fms,
-                f > 0 ? f / (fms * 1e6) : 0.0, bms, f > 0 ? bflops / (bms * 1e6) : 0.0);
-  }
-  std::printf("    %-20s %10.2f ms for forward + backward, %.1f GFLOP/s (%.0f%% of the GEMM peak)\n", "torso", total,
-              total_flops / (total * 1e6), 100 * total_flops / (total * 1e6) / peak);
-}
-}  // namespace
-
 int RunNetworkBench(const BenchOptions& opt) {
   struct Case {
     std::string_view torso;  // a preset of net/network.h's registry
@@ -593,7 +525,8 @@ int RunNetworkBench(const BenchOptions& opt) {
       std::printf("  conv 4->16 3x3 pad 1 on 84x84 (deep ResNet's first): im2col + GEMM %.1f us/sample, "
                   "Eigen Tensor convolve %.1f us/sample (%.1fx)\n", im2col_us, tensor_us, tensor_us / im2col_us);
     }
-    PrintShallowCnnLayers(opt.seconds, peak);
+    // By layer on the default backend only (the deep ResNet's step takes seconds on Eigen).
+    if (backend == backends.back()) PrintLayerTables(opt.seconds, peak);
     // The CPU learner: V-trace, loss, forward + backward over [T+1, B], clipping, RMSProp.
     const int T = 20, B = 32;
     for (const Case& c : {cases[1], cases[2]}) {

@@ -50,6 +50,11 @@ int RunGemmBench(const BenchOptions& opt);
 // A 512^3 float32 GEMM on this thread with the process's GEMM (net.gemm_backend), GFLOP/s:
 // the peak the network figures are printed next to; `backend` (may be null) says which.
 double MeasureGemmGflops(double seconds, std::string* backend = nullptr);
+// RunNetworkBench's tables by layer (tools/bench_layers.cc): the shallow CNN's and the deep
+// ResNet + LSTM's learner steps at B = 16, T = 20, each layer's forward and backward beside
+// the fastest implementation installed here for the same work and its roofline bound
+// (`peak`: the 512^3 GEMM's GFLOP/s on this core).
+void PrintLayerTables(double seconds, double peak);
 // The learners' ring-allreduce alone: steps/s, bytes sent per learner per step and MB/s for
 // 2, 3, 4 learners at 1M and 10M floats, against ZeroMQ's loopback bandwidth
 // (tools/bench_allreduce.cc).
