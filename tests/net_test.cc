@@ -12,6 +12,7 @@
 
 #include "learner/loss.h"
 #include "net/distribution.h"
+#include "envs/rng.h"
 #include "net/layers.h"
 #include "net/model.h"
 #include "tests/random_values.h"
@@ -154,6 +155,53 @@ TEST_CASE("layers: forward passes equal hand-computed values", "[net]") {
     const double c = f * c0 + i * g;
     CHECK(h == Approx(o * std::tanh(c)).epsilon(1e-12));
     CHECK(final_state[1] == Approx(c).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("layers: max-pool picks each window's first maximum, ties and all, as a plain scan does", "[net]") {
+  // Values in {0, 1, 2, 3}: most windows hold ties. The reference scans each window row by
+  // row and keeps the first strictly larger value.
+  envs::SplitMix64 rng(17);
+  const ImageShape in{2, 7, 9};
+  for (int k : {2, 3}) {
+    for (int stride : {1, 2}) {
+      for (int pad : {0, 1}) {
+        if (pad >= k) continue;
+        auto pool = net::MakeMaxPool<double>(in, k, stride, pad);
+        const ImageShape o = net::ConvShape(in, in.c, k, stride, pad);
+        const int n = 3;
+        std::vector<double> x(size_t(n) * in.size()), dout(size_t(n) * o.size());
+        for (auto& v : x) v = double(rng() % 4);
+        for (auto& v : dout) v = double(rng() % 100) / 10.0;
+        std::vector<double> want_out(dout.size()), want_din(x.size(), 0.0);
+        for (int i = 0; i < n * in.c; ++i) {
+          for (int oy = 0; oy < o.h; ++oy) {
+            for (int ox = 0; ox < o.w; ++ox) {
+              int64_t best = -1;
+              for (int y = std::max(0, oy * stride - pad); y < std::min(in.h, oy * stride - pad + k); ++y) {
+                for (int xx = std::max(0, ox * stride - pad); xx < std::min(in.w, ox * stride - pad + k); ++xx) {
+                  const int64_t j = int64_t(i) * in.h * in.w + int64_t(y) * in.w + xx;
+                  if (best < 0 || x[size_t(j)] > x[size_t(best)]) best = j;
+                }
+              }
+              const size_t at = size_t(i) * o.h * o.w + size_t(oy) * o.w + size_t(ox);
+              want_out[at] = x[size_t(best)];
+              want_din[size_t(best)] += dout[at];
+            }
+          }
+        }
+        INFO("k " << k << " stride " << stride << " pad " << pad);
+        std::vector<double> out(dout.size()), din(x.size(), -1.0);
+        pool->Forward(nullptr, x.data(), n, out.data());
+        CHECK(out == want_out);
+        pool->Backward(nullptr, x.data(), out.data(), dout.data(), n, din.data(), nullptr);
+        CHECK(din == want_din);
+        const std::vector<double> copy = x;  // another buffer: the windows searched again
+        std::fill(din.begin(), din.end(), -1.0);
+        pool->Backward(nullptr, copy.data(), out.data(), dout.data(), n, din.data(), nullptr);
+        CHECK(din == want_din);
+      }
+    }
   }
 }
 
