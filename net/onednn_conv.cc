@@ -62,6 +62,44 @@ void OneThread() {
 }
 
 bool IsReference(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
+
+// The three primitives' descriptions for a batch of n: activations in `act` (NHWC, or
+// "any" for oneDNN's choice), weights in oneDNN's own layout, the backward passes in the
+// forward's activation layouts.
+struct ConvDescs {
+  dnnl::convolution_forward::primitive_desc fwd;
+  dnnl::convolution_backward_weights::primitive_desc bww;
+  dnnl::convolution_backward_data::primitive_desc bwd;
+  // The kernels among them that are oneDNN's reference ones ("" if none).
+  std::string References() const {
+    std::string refs;
+    for (const char* k : {fwd.impl_info_str(), bww.impl_info_str(), bwd.impl_info_str()}) {
+      if (IsReference(k)) refs += std::string(refs.empty() ? "" : ", ") + k;
+    }
+    return refs;
+  }
+};
+ConvDescs MakeDescs(const ConvGeometry& g, int n, tag act) {
+  auto& eng = Engine();
+  const memory::dims src_dims{n, g.c, g.h, g.w}, w_dims{g.o, g.c, g.k, g.k}, b_dims{g.o},
+      dst_dims{n, g.o, g.oh, g.ow}, strides{g.s, g.s}, pad{g.p, g.p};
+  const memory::desc src_d(src_dims, dt::f32, act), dst_d(dst_dims, dt::f32, act), w_any(w_dims, dt::f32, tag::any),
+      b_d(b_dims, dt::f32, tag::x);
+  ConvDescs d;
+  d.fwd = dnnl::convolution_forward::primitive_desc(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_d,
+                                      w_any, b_d, dst_d, strides, pad, pad),
+      eng);
+  d.bww = dnnl::convolution_backward_weights::primitive_desc(
+      dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.fwd.src_desc(), w_any, b_d,
+                                               d.fwd.dst_desc(), strides, pad, pad),
+      eng, d.fwd);
+  d.bwd = dnnl::convolution_backward_data::primitive_desc(
+      dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.fwd.src_desc(), w_any,
+                                            d.fwd.dst_desc(), strides, pad, pad),
+      eng, d.fwd);
+  return d;
+}
 }  // namespace
 
 struct OneDnnConv::Impl {
@@ -95,23 +133,14 @@ struct OneDnnConv::Impl {
     auto& eng = Engine();
     auto P = std::make_unique<Prims>();
     const memory::dims src_dims{n, g.c, g.h, g.w}, w_dims{g.o, g.c, g.k, g.k}, b_dims{g.o},
-        dst_dims{n, g.o, g.oh, g.ow}, strides{g.s, g.s}, pad{g.p, g.p};
+        dst_dims{n, g.o, g.oh, g.ow};
+    const memory::desc b_d(b_dims, dt::f32, tag::x);
     // NHWC activations: oneDNN's AVX-512 kernels for every conv of the project's nets,
     // forward and backward (NCHW gets its GEMM fallback, several times slower).
-    const memory::desc src_d(src_dims, dt::f32, tag::nhwc), dst_d(dst_dims, dt::f32, tag::nhwc),
-        w_any(w_dims, dt::f32, tag::any), b_d(b_dims, dt::f32, tag::x);
-    P->fpd = dnnl::convolution_forward::primitive_desc(
-        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_d,
-                                        w_any, b_d, dst_d, strides, pad, pad),
-        eng);
-    P->bwpd = dnnl::convolution_backward_weights::primitive_desc(
-        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_d, w_any, b_d, dst_d, strides,
-                                                 pad, pad),
-        eng, P->fpd);
-    P->bdpd = dnnl::convolution_backward_data::primitive_desc(
-        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_d, w_any, dst_d, strides, pad,
-                                              pad),
-        eng, P->fpd);
+    ConvDescs d = MakeDescs(g, n, tag::nhwc);
+    P->fpd = std::move(d.fwd);
+    P->bwpd = std::move(d.bww);
+    P->bdpd = std::move(d.bwd);
     P->fwd = dnnl::convolution_forward(P->fpd);
     P->bww = dnnl::convolution_backward_weights(P->bwpd);
     P->bwd = dnnl::convolution_backward_data(P->bdpd);
@@ -154,10 +183,8 @@ base::StatusOr<std::unique_ptr<OneDnnConv>> OneDnnConv::Create(const ConvGeometr
   try {
     // A batch of 16 (an actor's) tells whether oneDNN has real kernels for this shape.
     Impl::Prims& p = impl->For(std::min(16, impl->chunk));
-    for (const char* k : {p.fpd.impl_info_str(), p.bwpd.impl_info_str(), p.bdpd.impl_info_str()}) {
-      if (IsReference(k)) {
-        return base::Unavailable(std::string("oneDNN has only its reference kernel (") + k + ") for this convolution");
-      }
+    if (const std::string refs = ConvDescs{p.fpd, p.bwpd, p.bdpd}.References(); !refs.empty()) {
+      return base::Unavailable("oneDNN has only its reference kernel (" + refs + ") for this convolution");
     }
   } catch (const dnnl::error& e) {
     return base::Unavailable(std::string("oneDNN: ") + e.what());
@@ -227,44 +254,24 @@ base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, do
   try {
     auto& eng = Engine();
     dnnl::stream stream(eng);
-    const memory::dims src_dims{n, g.c, g.h, g.w}, w_dims{g.o, g.c, g.k, g.k}, b_dims{g.o},
-        dst_dims{n, g.o, g.oh, g.ow}, strides{g.s, g.s}, pad{g.p, g.p};
     // The layouts oneDNN prefers ("any"); where that lands on a reference kernel (far
     // slower than what OneDnnConv runs), NHWC activations, OneDnnConv's own choice.
-    dnnl::convolution_forward::primitive_desc fpd;
-    dnnl::convolution_backward_weights::primitive_desc bwpd;
-    dnnl::convolution_backward_data::primitive_desc bdpd;
-    std::string refs;
-    for (const tag act : {tag::any, tag::nhwc}) {
-      const memory::desc src_d(src_dims, dt::f32, act), dst_d(dst_dims, dt::f32, act),
-          w_any(w_dims, dt::f32, tag::any), b_d(b_dims, dt::f32, tag::x);
-      fpd = dnnl::convolution_forward::primitive_desc(
-          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                          src_d, w_any, b_d, dst_d, strides, pad, pad),
-          eng);
-      bwpd = dnnl::convolution_backward_weights::primitive_desc(
-          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, fpd.src_desc(), w_any, b_d,
-                                                   fpd.dst_desc(), strides, pad, pad),
-          eng, fpd);
-      bdpd = dnnl::convolution_backward_data::primitive_desc(
-          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_d, w_any, fpd.dst_desc(),
-                                                strides, pad, pad),
-          eng, fpd);
-      refs.clear();
-      for (const char* k : {fpd.impl_info_str(), bwpd.impl_info_str(), bdpd.impl_info_str()}) {
-        if (IsReference(k)) refs += std::string(refs.empty() ? "" : ", ") + k;
-      }
-      if (refs.empty()) break;
+    ConvDescs d = MakeDescs(g, n, tag::any);
+    if (!d.References().empty()) d = MakeDescs(g, n, tag::nhwc);
+    if (const std::string refs = d.References(); !refs.empty()) {
+      return base::Unavailable("oneDNN has only its reference kernel (" + refs + ") for this convolution");
     }
-    if (!refs.empty()) return base::Unavailable("oneDNN has only its reference kernel (" + refs + ") for this convolution");
-    const memory::desc b_d(b_dims, dt::f32, tag::x);
+    const auto& fpd = d.fwd;
+    const auto& bwpd = d.bww;
+    const auto& bdpd = d.bwd;
+    const memory::desc b_d(memory::dims{g.o}, dt::f32, tag::x);
     // Each primitive's memories in the descs it asked for (a layout one primitive prefers
     // and another does not would need a reorder, which a caller keeping that layout
     // across layers would pay once; it is not counted here).
-    auto filled = [&](const memory::desc& d) {
-      memory m(d, eng);
+    auto filled = [&](const memory::desc& desc) {
+      memory m(desc, eng);
       float* p = static_cast<float*>(m.get_data_handle());
-      for (size_t i = 0; i < d.get_size() / sizeof(float); ++i) p[i] = 0.01f * float(int(i % 17) - 8);
+      for (size_t i = 0; i < desc.get_size() / sizeof(float); ++i) p[i] = 0.01f * float(int(i % 17) - 8);
       return m;
     };
     memory src = filled(fpd.src_desc()), w = filled(fpd.weights_desc()), b = filled(b_d), dst = filled(fpd.dst_desc());
@@ -299,7 +306,6 @@ base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, do
     out.backward_data = time([&] {
       bwd.execute(stream, {{DNNL_ARG_DIFF_DST, bd_ddst}, {DNNL_ARG_WEIGHTS, bd_w}, {DNNL_ARG_DIFF_SRC, bd_dsrc}});
     });
-    out.kernels = std::string(fpd.impl_info_str()) + " / " + bwpd.impl_info_str() + " / " + bdpd.impl_info_str();
     return out;
   } catch (const dnnl::error& e) {
     return base::Unavailable(std::string("oneDNN: ") + e.what());

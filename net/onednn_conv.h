@@ -24,7 +24,6 @@ struct ConvGeometry {
 // Milliseconds per call; Unavailable without oneDNN.
 struct ConvAloneMs {
   double forward = 0, backward_weights = 0, backward_data = 0;
-  std::string kernels;  // forward / backward weights / backward data
 };
 base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, double seconds);
 

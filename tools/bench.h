@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace stampede::net {
+struct GemmShape;
+}  // namespace stampede::net
+
 namespace stampede::tools {
 
 struct BenchOptions {
@@ -50,6 +54,10 @@ int RunGemmBench(const BenchOptions& opt);
 // A 512^3 float32 GEMM on this thread with the process's GEMM (net.gemm_backend), GFLOP/s:
 // the peak the network figures are printed next to; `backend` (may be null) says which.
 double MeasureGemmGflops(double seconds, std::string* backend = nullptr);
+// GFLOP/s of each named GEMM backend on shape `s` (operands of small values), over about
+// `seconds` in all: net::TimeGemmBackends' interleaved rounds, each backend's best kept.
+std::vector<double> TimeGemmShape(const std::vector<std::string>& backends, const net::GemmShape& s,
+                                  double seconds);
 // RunNetworkBench's tables by layer (tools/bench_layers.cc): the shallow CNN's and the deep
 // ResNet + LSTM's learner steps at B = 16, T = 20, each layer's forward and backward beside
 // the fastest implementation installed here for the same work and its roofline bound

@@ -35,12 +35,6 @@ struct Operands {
   int64_t lda, ldb;
 };
 
-std::vector<double> Time(const std::vector<std::string>& backends, const net::GemmShape& s, Operands& o,
-                         double seconds) {
-  return net::TimeGemmBackends(backends, s, o.a.data(), o.lda, o.b.data(), o.ldb, o.c.data(),
-                               seconds / (5.0 * double(backends.size())));
-}
-
 // The distinct products of one learner step (forward and backward over B = 16 unrolls of
 // T + 1 = 21 steps) of `torso` on 4x84x84 uint8 frames, convolutions as im2col GEMMs.
 std::vector<net::GemmShape> LearnerStepShapes(const std::string& torso) {
@@ -72,13 +66,19 @@ std::vector<net::GemmShape> LearnerStepShapes(const std::string& torso) {
 
 }  // namespace
 
+std::vector<double> TimeGemmShape(const std::vector<std::string>& backends, const net::GemmShape& s,
+                                  double seconds) {
+  Operands o(s);
+  return net::TimeGemmBackends(backends, s, o.a.data(), o.lda, o.b.data(), o.ldb, o.c.data(),
+                               seconds / (5.0 * double(backends.size())));
+}
+
 double MeasureGemmGflops(double seconds, std::string* backend) {
   const net::GemmShape s{false, false, 512, 512, 512};
-  Operands o(s);
   const std::string asked = net::GemmBackend();
   const std::string used = asked == "auto" ? net::ChooseGemm(s).backend : asked;
   if (backend) *backend = asked == "auto" ? "auto: " + used : used;
-  return Time({used}, s, o, seconds).front();
+  return TimeGemmShape({used}, s, seconds).front();
 }
 
 int RunGemmBench(const BenchOptions& opt) {
@@ -120,8 +120,7 @@ int RunGemmBench(const BenchOptions& opt) {
       gflops[gi].resize(groups[gi].shapes.size());
       for (size_t si = 0; si < groups[gi].shapes.size(); ++si) {
         const net::GemmShape& s = groups[gi].shapes[si];
-        Operands o(s);
-        const std::vector<double> g = Time(backends, s, o, per / 3);
+        const std::vector<double> g = TimeGemmShape(backends, s, per / 3);
         auto& best = gflops[gi][si];
         if (best.empty()) best = g;
         for (size_t b = 0; b < g.size(); ++b) best[b] = std::max(best[b], g[b]);

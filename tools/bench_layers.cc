@@ -48,16 +48,8 @@ double CopyBandwidthGBs(double seconds) {
 
 // The time of a product on the fastest backend here, ms.
 double BestGemmMs(const net::GemmShape& s, double seconds) {
-  std::vector<float> a(size_t(s.M * s.K)), b(size_t(s.K * s.N)), c(size_t(s.M * s.N));
-  envs::SplitMix64 rng(13);
-  for (auto& v : a) v = float(int(rng() % 2001) - 1000) / 1000.f;
-  for (auto& v : b) v = float(int(rng() % 2001) - 1000) / 1000.f;
-  const std::vector<std::string> backends = net::AvailableGemmBackends();
-  const std::vector<double> g = net::TimeGemmBackends(backends, s, a.data(), s.trans_a ? s.M : s.K, b.data(),
-                                                      s.trans_b ? s.K : s.N, c.data(),
-                                                      seconds / (5.0 * double(backends.size())));
-  const double best = *std::max_element(g.begin(), g.end());
-  return 2.0 * double(s.M) * double(s.N) * double(s.K) / (best * 1e6);
+  const std::vector<double> g = TimeGemmShape(net::AvailableGemmBackends(), s, seconds);
+  return 2.0 * double(s.M) * double(s.N) * double(s.K) / (*std::max_element(g.begin(), g.end()) * 1e6);
 }
 
 struct Row {
