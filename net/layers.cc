@@ -414,30 +414,95 @@ class MaxPool : public Layer<S> {
   }
 
  private:
-  // Calls f(output index, input index of the window's first maximum, the maximum).
+  // Calls f(output index, input index of the window's first maximum, the maximum), the
+  // first in the window's row-major order where several tie. Each plane is first dealt
+  // into its s column phases (phase r holds columns r, r+s, ...), so that a window offset
+  // (dy, kx) is, across the windows of an output row that lie wholly inside it, one run of
+  // consecutive values: the compares and selects over that run vectorise and do not
+  // branch. A window cut by the padding is scanned on its own.
   template <class F>
   void Run(const S* in, int n, F&& f) const {
-    const int W = in_.w;
+    const int H = in_.h, W = in_.w, OW = out_.w;
+    // Outputs [lo, hi) of a row have x0 = ox*s - p >= 0 and x0 + k <= W.
+    const int lo = std::min(OW, (p_ + s_ - 1) / s_);
+    const int hi = std::max(lo, std::min(OW, W + p_ - k_ >= 0 ? (W + p_ - k_) / s_ + 1 : 0));
+    const int WQ = (W + s_ - 1) / s_;  // columns per phase (W when s is 1)
+    std::vector<S> phases(s_ > 1 ? size_t(s_) * H * WQ : 0), v(static_cast<size_t>(OW)), v2(v.size());
+    // Column ox*s + kx - p of a row is phase r's column ox + q: r and q per kx.
+    std::vector<int> phase(static_cast<size_t>(k_)), shift(phase.size());
+    for (int kx = 0; kx < k_; ++kx) {
+      const int d = kx - p_;
+      phase[size_t(kx)] = ((d % s_) + s_) % s_, shift[size_t(kx)] = (d - phase[size_t(kx)]) / s_;
+    }
+    // The winner: dy * W + kx from the window's corner inside, y * W + x at the edges.
+    std::vector<int> code(static_cast<size_t>(OW)), code2(code.size());
     for (int64_t i = 0; i < int64_t(n) * in_.c; ++i) {
-      const int64_t ibase = i * in_.h * W, obase = i * out_.h * out_.w;
+      const int64_t ibase = i * H * W, obase = i * out_.h * OW;
       const S* plane = in + ibase;
+      // Stride 1 has one phase, the plane itself.
+      const S* ph = plane;
+      if (hi > lo && s_ > 1) {
+        S* to = phases.data();
+        const size_t stride = size_t(H) * WQ;
+        for (int y = 0; y < H; ++y) {
+          const S* from = plane + int64_t(y) * W;
+          S* row = to + size_t(y) * WQ;
+          if (s_ == 2) {  // the common case, in a loop that vectorises
+            S* odd = row + stride;
+            for (int q = 0; q < W / 2; ++q) row[q] = from[2 * q], odd[q] = from[2 * q + 1];
+            if (W % 2) row[W / 2] = from[W - 1];
+            continue;
+          }
+          for (int x = 0, q = 0; x < W; x += s_, ++q) {
+            for (int r = 0; r < s_ && x + r < W; ++r) row[r * stride + q] = from[x + r];
+          }
+        }
+        ph = to;
+      }
       for (int oy = 0; oy < out_.h; ++oy) {
-        const int y0 = std::max(0, oy * s_ - p_), y1 = std::min(in_.h, oy * s_ - p_ + k_);
-        for (int ox = 0; ox < out_.w; ++ox) {
+        const int y0 = std::max(0, oy * s_ - p_), y1 = std::min(H, oy * s_ - p_ + k_);
+        const auto edge = [&](int ox) {
           const int x0 = std::max(0, ox * s_ - p_), x1 = std::min(W, ox * s_ - p_ + k_);
-          int best = y0 * W + x0;
-          S v = plane[best];
+          int b = y0 * W + x0;
+          S m = plane[b];
           for (int y = y0; y < y1; ++y) {
-            const S* row = plane + int64_t(y) * W;
             for (int x = x0; x < x1; ++x) {
-              if (row[x] > v) {
-                v = row[x];
-                best = y * W + x;
-              }
+              const S c = plane[y * W + x];
+              if (c > m) m = c, b = y * W + x;
             }
           }
-          f(obase + int64_t(oy) * out_.w + ox, ibase + best, v);
+          v[size_t(ox)] = m, code[size_t(ox)] = b;
+        };
+        for (int ox = 0; ox < lo; ++ox) edge(ox);
+        for (int ox = hi; ox < OW; ++ox) edge(ox);
+        // The running maxima and winners move between two buffers at each offset: written
+        // back in place, the compiler turns the selects into masked stores, which then
+        // stall the next offset's loads.
+        S *vm = v.data(), *vn = v2.data();
+        int *cm = code.data(), *cn = code2.data();
+        for (int dy = 0; dy < y1 - y0; ++dy) {
+          for (int kx = 0; kx < k_; ++kx) {
+            const S* c = ph + (size_t(phase[size_t(kx)]) * H + y0 + dy) * WQ + shift[size_t(kx)];
+            const int at = dy * W + kx;
+            if (at == 0) {
+              for (int ox = lo; ox < hi; ++ox) vm[ox] = c[ox], cm[ox] = 0;
+              continue;
+            }
+            for (int ox = lo; ox < hi; ++ox) {
+              const bool g = c[ox] > vm[ox];
+              vn[ox] = g ? c[ox] : vm[ox];
+              cn[ox] = g ? at : cm[ox];
+            }
+            std::swap(vm, vn), std::swap(cm, cn);
+          }
         }
+        for (int ox = lo; ox < hi; ++ox) {
+          cm[ox] += y0 * W + ox * s_ - p_;
+        }
+        for (int ox = 0; ox < lo; ++ox) vm[ox] = v[size_t(ox)], cm[ox] = code[size_t(ox)];
+        for (int ox = hi; ox < OW; ++ox) vm[ox] = v[size_t(ox)], cm[ox] = code[size_t(ox)];
+        const int64_t ob = obase + int64_t(oy) * OW;
+        for (int ox = 0; ox < OW; ++ox) f(ob + ox, ibase + cm[ox], vm[ox]);
       }
     }
   }

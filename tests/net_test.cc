@@ -160,46 +160,58 @@ TEST_CASE("layers: forward passes equal hand-computed values", "[net]") {
 
 TEST_CASE("layers: max-pool picks each window's first maximum, ties and all, as a plain scan does", "[net]") {
   // Values in {0, 1, 2, 3}: most windows hold ties. The reference scans each window row by
-  // row and keeps the first strictly larger value.
+  // row and keeps the first strictly larger value. Odd and even widths: a stride-2 window
+  // reads the two column phases unevenly. The 2x3 image is lower than a 3x3
+  // window, which it cuts at the top or the bottom; with stride 2 and padding 1 no window
+  // of it lies wholly inside a row.
   envs::SplitMix64 rng(17);
-  const ImageShape in{2, 7, 9};
-  for (int k : {2, 3}) {
-    for (int stride : {1, 2}) {
-      for (int pad : {0, 1}) {
-        if (pad >= k) continue;
-        auto pool = net::MakeMaxPool<double>(in, k, stride, pad);
-        const ImageShape o = net::ConvShape(in, in.c, k, stride, pad);
-        const int n = 3;
-        std::vector<double> x(size_t(n) * in.size()), dout(size_t(n) * o.size());
-        for (auto& v : x) v = double(rng() % 4);
-        for (auto& v : dout) v = double(rng() % 100) / 10.0;
-        std::vector<double> want_out(dout.size()), want_din(x.size(), 0.0);
-        for (int i = 0; i < n * in.c; ++i) {
-          for (int oy = 0; oy < o.h; ++oy) {
-            for (int ox = 0; ox < o.w; ++ox) {
-              int64_t best = -1;
-              for (int y = std::max(0, oy * stride - pad); y < std::min(in.h, oy * stride - pad + k); ++y) {
-                for (int xx = std::max(0, ox * stride - pad); xx < std::min(in.w, ox * stride - pad + k); ++xx) {
-                  const int64_t j = int64_t(i) * in.h * in.w + int64_t(y) * in.w + xx;
-                  if (best < 0 || x[size_t(j)] > x[size_t(best)]) best = j;
+  for (const ImageShape in : {ImageShape{2, 7, 9}, ImageShape{3, 6, 8}, ImageShape{1, 2, 3}}) {
+    for (int k : {2, 3}) {
+      for (int stride : {1, 2}) {
+        for (int pad : {0, 1}) {
+          if (pad >= k) continue;
+          auto pool = net::MakeMaxPool<double>(in, k, stride, pad);
+          const ImageShape o = net::ConvShape(in, in.c, k, stride, pad);
+          const int n = 3;
+          std::vector<double> x(size_t(n) * in.size()), dout(size_t(n) * o.size());
+          for (auto& v : x) v = double(rng() % 4);
+          for (auto& v : dout) v = double(rng() % 100) / 10.0;
+          std::vector<double> want_out(dout.size()), want_din(x.size(), 0.0);
+          for (int i = 0; i < n * in.c; ++i) {
+            for (int oy = 0; oy < o.h; ++oy) {
+              for (int ox = 0; ox < o.w; ++ox) {
+                int64_t best = -1;
+                for (int y = std::max(0, oy * stride - pad); y < std::min(in.h, oy * stride - pad + k); ++y) {
+                  for (int xx = std::max(0, ox * stride - pad); xx < std::min(in.w, ox * stride - pad + k); ++xx) {
+                    const int64_t j = int64_t(i) * in.h * in.w + int64_t(y) * in.w + xx;
+                    if (best < 0 || x[size_t(j)] > x[size_t(best)]) best = j;
+                  }
                 }
+                const size_t at = size_t(i) * o.h * o.w + size_t(oy) * o.w + size_t(ox);
+                want_out[at] = x[size_t(best)];
+                want_din[size_t(best)] += dout[at];
               }
-              const size_t at = size_t(i) * o.h * o.w + size_t(oy) * o.w + size_t(ox);
-              want_out[at] = x[size_t(best)];
-              want_din[size_t(best)] += dout[at];
             }
           }
+          INFO("image " << in.h << "x" << in.w << " k " << k << " stride " << stride << " pad " << pad);
+          std::vector<double> out(dout.size()), din(x.size(), -1.0);
+          pool->Forward(nullptr, x.data(), n, out.data());
+          CHECK(out == want_out);
+          pool->Backward(nullptr, x.data(), out.data(), dout.data(), n, din.data(), nullptr);
+          CHECK(din == want_din);
+          const std::vector<double> copy = x;  // another buffer: the windows searched again
+          std::fill(din.begin(), din.end(), -1.0);
+          pool->Backward(nullptr, copy.data(), out.data(), dout.data(), n, din.data(), nullptr);
+          CHECK(din == want_din);
+          // float: 8 lanes to a vector where double has 4; the same winners
+          auto fpool = net::MakeMaxPool<float>(in, k, stride, pad);
+          const std::vector<float> xf(x.begin(), x.end()), doutf(dout.begin(), dout.end());
+          std::vector<float> outf(dout.size()), dinf(x.size());
+          fpool->Forward(nullptr, xf.data(), n, outf.data());
+          CHECK(std::vector<double>(outf.begin(), outf.end()) == want_out);
+          fpool->Backward(nullptr, xf.data(), outf.data(), doutf.data(), n, dinf.data(), nullptr);
+          for (size_t j = 0; j < dinf.size(); ++j) CHECK(dinf[j] == Approx(want_din[j]).margin(1e-4));
         }
-        INFO("k " << k << " stride " << stride << " pad " << pad);
-        std::vector<double> out(dout.size()), din(x.size(), -1.0);
-        pool->Forward(nullptr, x.data(), n, out.data());
-        CHECK(out == want_out);
-        pool->Backward(nullptr, x.data(), out.data(), dout.data(), n, din.data(), nullptr);
-        CHECK(din == want_din);
-        const std::vector<double> copy = x;  // another buffer: the windows searched again
-        std::fill(din.begin(), din.end(), -1.0);
-        pool->Backward(nullptr, copy.data(), out.data(), dout.data(), n, din.data(), nullptr);
-        CHECK(din == want_din);
       }
     }
   }
