@@ -1,7 +1,8 @@
 // A float32 2-D convolution on oneDNN (Debian's libdnnl, JIT kernels for the host's
 // ISA, one thread): the CPU convolutions' fast path where the build has oneDNN
 // (net/layers.h, ConvBackend). The layers keep NCHW activations and [out, in, k, k]
-// weights; inside, oneDNN computes in NHWC with its own weight layout, and the
+// weights; inside, oneDNN computes in the activation layout it prefers (channel-blocked;
+// NHWC where blocked has only a reference kernel) with its own weight layout, and the
 // reorders both ways are part of every call. No oneDNN header leaves this file's .cc.
 #pragma once
 
