@@ -28,6 +28,8 @@ const char* ConvBackendName(ConvBackend backend) { return backend == ConvBackend
 #include <cstdint>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 // GNU OpenMP's, which Debian's oneDNN runs on (declared here: clang, which the
@@ -252,9 +254,35 @@ std::string OneDnnConv::Kernels(int n) {
   return std::string(p.fpd.impl_info_str()) + " / " + p.bwpd.impl_info_str() + " / " + p.bdpd.impl_info_str();
 }
 
+namespace {
+// Milliseconds per call of run() (each call waited for), over at least `seconds`; the
+// first call, which sets up, untimed.
+template <class Run>
+double MsPerCall(dnnl::stream& stream, Run&& run, double seconds) {
+  using Clock = std::chrono::steady_clock;
+  run();
+  stream.wait();
+  int calls = 0;
+  const auto start = Clock::now();
+  double elapsed = 0;
+  do {
+    run();
+    stream.wait();
+    ++calls;
+  } while ((elapsed = std::chrono::duration<double>(Clock::now() - start).count()) < seconds);
+  return 1e3 * elapsed / calls;
+}
+// A memory of `desc` holding small values of both signs, all of them touched.
+memory Filled(const memory::desc& desc) {
+  memory m(desc, Engine());
+  float* p = static_cast<float*>(m.get_data_handle());
+  for (size_t i = 0; i < desc.get_size() / sizeof(float); ++i) p[i] = 0.01f * float(int(i % 17) - 8);
+  return m;
+}
+}  // namespace
+
 base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, double seconds) {
   OneThread();
-  using Clock = std::chrono::steady_clock;
   try {
     auto& eng = Engine();
     dnnl::stream stream(eng);
@@ -272,12 +300,7 @@ base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, do
     // Each primitive's memories in the descs it asked for (a layout one primitive prefers
     // and another does not would need a reorder, which a caller keeping that layout
     // across layers would pay once; it is not counted here).
-    auto filled = [&](const memory::desc& desc) {
-      memory m(desc, eng);
-      float* p = static_cast<float*>(m.get_data_handle());
-      for (size_t i = 0; i < desc.get_size() / sizeof(float); ++i) p[i] = 0.01f * float(int(i % 17) - 8);
-      return m;
-    };
+    auto filled = [&](const memory::desc& desc) { return Filled(desc); };
     memory src = filled(fpd.src_desc()), w = filled(fpd.weights_desc()), b = filled(b_d), dst = filled(fpd.dst_desc());
     memory bw_src = filled(bwpd.src_desc()), bw_ddst = filled(bwpd.diff_dst_desc()),
            bw_dw = filled(bwpd.diff_weights_desc()), bw_db = filled(bwpd.diff_bias_desc());
@@ -286,19 +309,7 @@ base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, do
     dnnl::convolution_forward fwd(fpd);
     dnnl::convolution_backward_weights bww(bwpd);
     dnnl::convolution_backward_data bwd(bdpd);
-    auto time = [&](auto&& run) {
-      run();  // untimed: the first call's setup
-      stream.wait();
-      int calls = 0;
-      const auto start = Clock::now();
-      double elapsed = 0;
-      do {
-        run();
-        stream.wait();
-        ++calls;
-      } while ((elapsed = std::chrono::duration<double>(Clock::now() - start).count()) < seconds);
-      return 1e3 * elapsed / calls;
-    };
+    auto time = [&](auto&& run) { return MsPerCall(stream, run, seconds); };
     ConvAloneMs out;
     out.forward = time([&] {
       fwd.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, dst}});
@@ -310,6 +321,49 @@ base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, do
     out.backward_data = time([&] {
       bwd.execute(stream, {{DNNL_ARG_DIFF_DST, bd_ddst}, {DNNL_ARG_WEIGHTS, bd_w}, {DNNL_ARG_DIFF_SRC, bd_dsrc}});
     });
+    return out;
+  } catch (const dnnl::error& e) {
+    return base::Unavailable(std::string("oneDNN: ") + e.what());
+  }
+}
+
+base::StatusOr<PoolAloneMs> TimeOneDnnMaxPoolAlone(const ConvGeometry& g, int n, double seconds) {
+  OneThread();
+  try {
+    auto& eng = Engine();
+    dnnl::stream stream(eng);
+    const memory::dims strides{g.s, g.s}, kernel{g.k, g.k}, pad{g.p, g.p};
+    // Pooling takes no "any": the activations channel-blocked as the convolutions
+    // around it prefer them (nChw8c), NHWC where that gives a reference kernel.
+    auto descs = [&](tag act) {
+      const memory::desc src(memory::dims{n, g.c, g.h, g.w}, dt::f32, act),
+          dst(memory::dims{n, g.c, g.oh, g.ow}, dt::f32, act);
+      auto fpd = dnnl::pooling_forward::primitive_desc(
+          dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, src, dst,
+                                      strides, kernel, pad, pad),
+          eng);
+      auto bpd = dnnl::pooling_backward::primitive_desc(
+          dnnl::pooling_backward::desc(dnnl::algorithm::pooling_max, src, dst, strides, kernel, pad, pad), eng, fpd);
+      return std::make_pair(fpd, bpd);
+    };
+    auto [fpd, bpd] = descs(tag::nChw8c);
+    if (IsReference(fpd.impl_info_str()) || IsReference(bpd.impl_info_str())) std::tie(fpd, bpd) = descs(tag::nhwc);
+    if (IsReference(fpd.impl_info_str()) || IsReference(bpd.impl_info_str())) {
+      return base::Unavailable(std::string("oneDNN has only its reference kernel (") + fpd.impl_info_str() + ", " +
+                               bpd.impl_info_str() + ") for this pooling");
+    }
+    memory src = Filled(fpd.src_desc()), dst = Filled(fpd.dst_desc()), ws = Filled(fpd.workspace_desc());
+    memory ddst = Filled(bpd.diff_dst_desc()), dsrc = Filled(bpd.diff_src_desc());
+    dnnl::pooling_forward fwd(fpd);
+    dnnl::pooling_backward bwd(bpd);
+    PoolAloneMs out;
+    out.forward = MsPerCall(
+        stream, [&] { fwd.execute(stream, {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}, {DNNL_ARG_WORKSPACE, ws}}); },
+        seconds);
+    out.backward = MsPerCall(
+        stream,
+        [&] { bwd.execute(stream, {{DNNL_ARG_DIFF_DST, ddst}, {DNNL_ARG_WORKSPACE, ws}, {DNNL_ARG_DIFF_SRC, dsrc}}); },
+        seconds);
     return out;
   } catch (const dnnl::error& e) {
     return base::Unavailable(std::string("oneDNN: ") + e.what());
@@ -343,6 +397,9 @@ void OneDnnConv::Backward(const float*, const float*, const float*, int, float*,
 }
 std::string OneDnnConv::Kernels(int) { return {}; }
 base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry&, int, double) {
+  return base::Unavailable("this build has no oneDNN (libdnnl-dev was not found when it was configured)");
+}
+base::StatusOr<PoolAloneMs> TimeOneDnnMaxPoolAlone(const ConvGeometry&, int, double) {
   return base::Unavailable("this build has no oneDNN (libdnnl-dev was not found when it was configured)");
 }
 bool OneDnnBuilt() { return false; }

@@ -28,6 +28,14 @@ struct ConvAloneMs {
 };
 base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, double seconds);
 
+// oneDNN's max pooling on its own (kernel g.k, stride g.s, padding g.p; g.o == g.c), the
+// same kind of yardstick for the max-pool layers: the layout oneDNN prefers, forward
+// (keeping its workspace of winners) and backward from that workspace, n samples a call.
+struct PoolAloneMs {
+  double forward = 0, backward = 0;
+};
+base::StatusOr<PoolAloneMs> TimeOneDnnMaxPoolAlone(const ConvGeometry& g, int n, double seconds);
+
 class OneDnnConv {
  public:
   // Unavailable where the build has no oneDNN or oneDNN has only its reference kernel for

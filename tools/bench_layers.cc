@@ -102,7 +102,7 @@ void PrintRows(const std::string& title, const std::vector<Row>& rows, int reps)
 void PrintLayerTables(double seconds, double peak) {
   const double bw = CopyBandwidthGBs(0.3);
   std::printf("  by layer: the fastest implementation here for the same work (oneDNN's convolution alone, in its "
-              "own layouts; the fastest GEMM backend per product), and the roofline bound (the 512^3 GEMM's %.1f "
+              "own layouts; its max pooling alone; the fastest GEMM backend per product), and the roofline bound (the 512^3 GEMM's %.1f "
               "GFLOP/s, a 64 MB copy's %.1f GB/s)\n",
               peak, bw);
   const int T1 = 21, B = 16, rows = T1 * B;
@@ -218,9 +218,17 @@ void PrintLayerTables(double seconds, double peak) {
           r.ref_bwd = BestGemmMs({true, false, K, N, M}, slice) + (i == 0 ? 0.0 : BestGemmMs({false, true, M, K, N}, slice));
           break;
         }
-        case net::LayerSpec::Kind::kMaxPool:
+        case net::LayerSpec::Kind::kMaxPool: {
           std::snprintf(name, sizeof name, "max pool %dx%d/%d @%d", ls.kernel, ls.kernel, ls.stride, x.in.h);
+          const net::ConvGeometry g{x.in.c, x.in.h, x.in.w, x.out.c, x.out.h, x.out.w, ls.kernel, ls.stride, ls.pad};
+          if (auto t = net::TimeOneDnnMaxPoolAlone(g, rows, slice); t.ok()) {
+            r.ref_fwd = t.value().forward;
+            r.ref_bwd = t.value().backward;
+          } else {
+            r.note = t.status().message();
+          }
           break;
+        }
         case net::LayerSpec::Kind::kRelu:
           std::snprintf(name, sizeof name, "relu (%d)", int(in));
           break;
