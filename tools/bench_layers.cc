@@ -165,12 +165,14 @@ void PrintLayerTables(double seconds, double peak) {
       }
     };
     pass(false);  // untimed: oneDNN's primitives, "auto"'s first-use timing of each product
+    // At least 3 timed passes: the deep network's pass takes longer than --seconds, and
+    // one pass alone read up to 1.7 times a layer's time in a harness on the same core.
     int reps = 0;
     const auto start = Clock::now();
     do {
       pass(true);
       ++reps;
-    } while (Since(start) < seconds);
+    } while (Since(start) < seconds || reps < 3);
     const double slice = std::max(0.05, seconds / 20);
     std::vector<Row> out;
     for (size_t i = 0; i < L; ++i) {
