@@ -124,6 +124,17 @@ class Tanh : public Layer<S> {
   int size_;
 };
 
+// Output columns [lo, hi) whose k-wide window (stride s, padding p) lies wholly inside an
+// image row of width w: ox s - p >= 0 and ox s - p + k <= w. Convolution and max pooling
+// take those columns' windows without bounds checks.
+struct Columns {
+  int lo, hi;
+};
+Columns InsideColumns(int w, int out_w, int k, int s, int p) {
+  const int lo = std::min(out_w, (p + s - 1) / s);
+  return {lo, std::max(lo, std::min(out_w, w + p - k >= 0 ? (w + p - k) / s + 1 : 0))};
+}
+
 // ---- convolution (im2col or im2row + GEMM, a chunk of samples at a time) ------------
 //
 // Two layouts of the unrolled windows, the same products:
@@ -246,8 +257,7 @@ class Conv : public Layer<S> {
   void ForEachWindowRow(int m, Full&& full, Part&& part) const {
     const int K = in_.c * k_ * k_, P = out_.h * out_.w;
     // Output columns whose window is inside the image along x: [ox_lo, ox_hi).
-    const int ox_lo = std::min(out_.w, (p_ + s_ - 1) / s_);
-    const int ox_hi = std::max(ox_lo, std::min(out_.w, in_.w + p_ - k_ >= 0 ? (in_.w + p_ - k_) / s_ + 1 : 0));
+    const auto [ox_lo, ox_hi] = InsideColumns(in_.w, out_.w, k_, s_, p_);
     auto partial = [&](int64_t dst, int64_t src, int ox) {
       const int x0 = ox * s_ - p_;
       part(dst + int64_t(ox) * K, src + x0, std::max(0, -x0), std::min(k_, in_.w - x0));
@@ -423,9 +433,7 @@ class MaxPool : public Layer<S> {
   template <class F>
   void Run(const S* in, int n, F&& f) const {
     const int H = in_.h, W = in_.w, OW = out_.w;
-    // Outputs [lo, hi) of a row have x0 = ox*s - p >= 0 and x0 + k <= W.
-    const int lo = std::min(OW, (p_ + s_ - 1) / s_);
-    const int hi = std::max(lo, std::min(OW, W + p_ - k_ >= 0 ? (W + p_ - k_) / s_ + 1 : 0));
+    const auto [lo, hi] = InsideColumns(W, OW, k_, s_, p_);
     const int WQ = (W + s_ - 1) / s_;  // columns per phase (W when s is 1)
     std::vector<S> phases(s_ > 1 ? size_t(s_) * H * WQ : 0), v(static_cast<size_t>(OW)), v2(v.size());
     // Column ox*s + kx - p of a row is phase r's column ox + q: r and q per kx.
@@ -434,7 +442,8 @@ class MaxPool : public Layer<S> {
       const int d = kx - p_;
       phase[size_t(kx)] = ((d % s_) + s_) % s_, shift[size_t(kx)] = (d - phase[size_t(kx)]) / s_;
     }
-    // The winner: dy * W + kx from the window's corner inside, y * W + x at the edges.
+    // The winner: dy * W + kx from the window's corner while the offsets are scanned; then
+    // y * W + x in the plane.
     std::vector<int> code(static_cast<size_t>(OW)), code2(code.size());
     for (int64_t i = 0; i < int64_t(n) * in_.c; ++i) {
       const int64_t ibase = i * H * W, obase = i * out_.h * OW;
@@ -461,20 +470,6 @@ class MaxPool : public Layer<S> {
       }
       for (int oy = 0; oy < out_.h; ++oy) {
         const int y0 = std::max(0, oy * s_ - p_), y1 = std::min(H, oy * s_ - p_ + k_);
-        const auto edge = [&](int ox) {
-          const int x0 = std::max(0, ox * s_ - p_), x1 = std::min(W, ox * s_ - p_ + k_);
-          int b = y0 * W + x0;
-          S m = plane[b];
-          for (int y = y0; y < y1; ++y) {
-            for (int x = x0; x < x1; ++x) {
-              const S c = plane[y * W + x];
-              if (c > m) m = c, b = y * W + x;
-            }
-          }
-          v[size_t(ox)] = m, code[size_t(ox)] = b;
-        };
-        for (int ox = 0; ox < lo; ++ox) edge(ox);
-        for (int ox = hi; ox < OW; ++ox) edge(ox);
         // The running maxima and winners move between two buffers at each offset: written
         // back in place, the compiler turns the selects into masked stores, which then
         // stall the next offset's loads.
@@ -496,11 +491,22 @@ class MaxPool : public Layer<S> {
             std::swap(vm, vn), std::swap(cm, cn);
           }
         }
-        for (int ox = lo; ox < hi; ++ox) {
-          cm[ox] += y0 * W + ox * s_ - p_;
-        }
-        for (int ox = 0; ox < lo; ++ox) vm[ox] = v[size_t(ox)], cm[ox] = code[size_t(ox)];
-        for (int ox = hi; ox < OW; ++ox) vm[ox] = v[size_t(ox)], cm[ox] = code[size_t(ox)];
+        for (int ox = lo; ox < hi; ++ox) cm[ox] += y0 * W + ox * s_ - p_;
+        // The windows cut by the padding, scanned on their own.
+        const auto edge = [&](int ox) {
+          const int x0 = std::max(0, ox * s_ - p_), x1 = std::min(W, ox * s_ - p_ + k_);
+          int b = y0 * W + x0;
+          S m = plane[b];
+          for (int y = y0; y < y1; ++y) {
+            for (int x = x0; x < x1; ++x) {
+              const S c = plane[y * W + x];
+              if (c > m) m = c, b = y * W + x;
+            }
+          }
+          vm[ox] = m, cm[ox] = b;
+        };
+        for (int ox = 0; ox < lo; ++ox) edge(ox);
+        for (int ox = hi; ox < OW; ++ox) edge(ox);
         const int64_t ob = obase + int64_t(oy) * OW;
         for (int ox = 0; ox < OW; ++ox) f(ob + ox, ibase + cm[ox], vm[ox]);
       }

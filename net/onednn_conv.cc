@@ -102,6 +102,15 @@ ConvDescs MakeDescs(const ConvGeometry& g, int n, tag act) {
       eng, d.fwd);
   return d;
 }
+// The activations in the layout oneDNN prefers (its channel-blocked nChw8c on AVX2: about
+// 10% faster than NHWC over the deep ResNet's convolutions on a Zen 3, reorders
+// included); where that leaves only a reference kernel (the 4-channel first layers'
+// backward), NHWC, which has JIT kernels for every conv of the project's nets (NCHW gets
+// its GEMM fallback, several times slower). OneDnnConv and its yardstick both run these.
+ConvDescs PreferredDescs(const ConvGeometry& g, int n) {
+  ConvDescs d = MakeDescs(g, n, tag::any);
+  return d.References().empty() ? d : MakeDescs(g, n, tag::nhwc);
+}
 }  // namespace
 
 struct OneDnnConv::Impl {
@@ -137,13 +146,7 @@ struct OneDnnConv::Impl {
     const memory::dims src_dims{n, g.c, g.h, g.w}, w_dims{g.o, g.c, g.k, g.k}, b_dims{g.o},
         dst_dims{n, g.o, g.oh, g.ow};
     const memory::desc b_d(b_dims, dt::f32, tag::x);
-    // The activations in the layout oneDNN prefers (its channel-blocked nChw8c on AVX2:
-    // about 10% faster than NHWC over the deep ResNet's convolutions on a Zen 3, reorders
-    // included); where that leaves only a reference kernel (the 4-channel first layers'
-    // backward), NHWC, which has JIT kernels for every conv of the project's nets (NCHW
-    // gets its GEMM fallback, several times slower).
-    ConvDescs d = MakeDescs(g, n, tag::any);
-    if (!d.References().empty()) d = MakeDescs(g, n, tag::nhwc);
+    ConvDescs d = PreferredDescs(g, n);
     P->fpd = std::move(d.fwd);
     P->bwpd = std::move(d.bww);
     P->bdpd = std::move(d.bwd);
@@ -286,10 +289,8 @@ base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, do
   try {
     auto& eng = Engine();
     dnnl::stream stream(eng);
-    // The layouts oneDNN prefers ("any"); where that lands on a reference kernel (far
-    // slower than what OneDnnConv runs), NHWC activations, OneDnnConv's own choice.
-    ConvDescs d = MakeDescs(g, n, tag::any);
-    if (!d.References().empty()) d = MakeDescs(g, n, tag::nhwc);
+    // OneDnnConv's layouts, on the whole batch.
+    ConvDescs d = PreferredDescs(g, n);
     if (const std::string refs = d.References(); !refs.empty()) {
       return base::Unavailable("oneDNN has only its reference kernel (" + refs + ") for this convolution");
     }
@@ -300,12 +301,11 @@ base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, do
     // Each primitive's memories in the descs it asked for (a layout one primitive prefers
     // and another does not would need a reorder, which a caller keeping that layout
     // across layers would pay once; it is not counted here).
-    auto filled = [&](const memory::desc& desc) { return Filled(desc); };
-    memory src = filled(fpd.src_desc()), w = filled(fpd.weights_desc()), b = filled(b_d), dst = filled(fpd.dst_desc());
-    memory bw_src = filled(bwpd.src_desc()), bw_ddst = filled(bwpd.diff_dst_desc()),
-           bw_dw = filled(bwpd.diff_weights_desc()), bw_db = filled(bwpd.diff_bias_desc());
-    memory bd_ddst = filled(bdpd.diff_dst_desc()), bd_w = filled(bdpd.weights_desc()),
-           bd_dsrc = filled(bdpd.diff_src_desc());
+    memory src = Filled(fpd.src_desc()), w = Filled(fpd.weights_desc()), b = Filled(b_d), dst = Filled(fpd.dst_desc());
+    memory bw_src = Filled(bwpd.src_desc()), bw_ddst = Filled(bwpd.diff_dst_desc()),
+           bw_dw = Filled(bwpd.diff_weights_desc()), bw_db = Filled(bwpd.diff_bias_desc());
+    memory bd_ddst = Filled(bdpd.diff_dst_desc()), bd_w = Filled(bdpd.weights_desc()),
+           bd_dsrc = Filled(bdpd.diff_src_desc());
     dnnl::convolution_forward fwd(fpd);
     dnnl::convolution_backward_weights bww(bwpd);
     dnnl::convolution_backward_data bwd(bdpd);
