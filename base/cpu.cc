@@ -1,6 +1,9 @@
 #include "base/cpu.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -53,6 +56,33 @@ std::string CpuDescription() {
 std::string BuildTarget() {
   const std::string features = STAMPEDE_BUILD_FEATURES;
   return std::string(STAMPEDE_BUILD_ARCH) + (features.empty() ? "" : " (" + features + ")");
+}
+
+double IdleCores::Sample() {
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return -1;
+  char line[512];
+  unsigned long long first[10] = {};
+  int cpus = 0, got = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::strncmp(line, "cpu ", 4) == 0) {
+      got = std::sscanf(line + 4, "%llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &first[0], &first[1],
+                        &first[2], &first[3], &first[4], &first[5], &first[6], &first[7], &first[8], &first[9]);
+    } else if (std::strncmp(line, "cpu", 3) == 0 && line[3] >= '0' && line[3] <= '9') {
+      ++cpus;
+    }
+  }
+  std::fclose(f);
+  if (got < 5 || cpus == 0) return -1;
+  // user nice system idle iowait irq softirq steal; guest time is inside user's.
+  unsigned long long total = 0;
+  for (int i = 0; i < std::min(got, 8); ++i) total += first[i];
+  const unsigned long long idle = first[3] + first[4];
+  const unsigned long long d_total = total - total_, d_idle = idle - idle_;
+  idle_ = idle;
+  total_ = total;
+  if (d_total == 0) return 0;
+  return double(cpus) * double(d_idle) / double(d_total);
 }
 
 }  // namespace stampede::base

@@ -17,4 +17,15 @@ std::vector<std::string> CpuFeatures();
 // "x86-64-v3 (avx2 fma bmi2)".
 std::string BuildTarget();
 
+// The machine's idle cores between calls, from /proc/stat's idle and iowait time: each
+// call gives the mean number of cores idle since the previous one (the first: since
+// boot), or -1 where /proc/stat cannot be read.
+class IdleCores {
+ public:
+  double Sample();
+
+ private:
+  unsigned long long idle_ = 0, total_ = 0;
+};
+
 }  // namespace stampede::base

@@ -50,6 +50,7 @@ enum class StepMetric : int {
   kUpdateToParamRatio,
   kLearningRate,
   kStepSeconds,
+  kComputeThreads,
   kCount,
 };
 
@@ -83,6 +84,9 @@ inline constexpr std::array<MetricDecl, static_cast<size_t>(StepMetric::kCount)>
     {"step_seconds", "learner/step_seconds", "", "", "s", Merge::kMean, kShowLogs,
      "Wall-clock seconds of the newest training step, from the batch to the applied update: with the batch's "
      "frames it says how fast the learner can consume them (`stampede bench` times the same step alone)."},
+    {"compute_threads", "learner/compute_threads", "", "", "threads", Merge::kMean, kShowLogs | kShowSummary,
+     "Threads the newest CPU step ran its oneDNN kernels on (learner.threads; with 0, what the learner chose: "
+     "more while it bounds the fleet, one while it waits for data)."},
 }};
 
 // A learner's newest value of each step metric.

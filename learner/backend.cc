@@ -6,6 +6,7 @@
 
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
+#include "net/onednn_conv.h"
 #include "config/config.h"
 #include "config/tasks.h"
 
@@ -57,6 +58,8 @@ class CpuBackend : public Backend {
     return ComputeLossAndGrad(net_, params_.data(), *batch_, lo_, grad.data(), targets);
   }
   bool has_targets() const override { return true; }
+  // The step runs on the calling thread, so the count is that thread's.
+  void SetComputeThreads(int threads) override { net::SetOneDnnThreads(threads); }
   // The host optimizer (the relay updater's) applies the CPU model's steps.
   bool fuses_update() const override { return false; }
   void SetState(std::span<const float>, std::span<const float>, std::span<const float>) override {}

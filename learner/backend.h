@@ -41,6 +41,9 @@ class Backend {
   virtual void LaunchGradient(std::span<const float> params) = 0;
   virtual LossStats WaitGradient(std::span<float> grad, Targets<float>* targets) = 0;
   virtual bool has_targets() const = 0;
+  // The threads the step's kernels may use from the next step on (learner.threads); a
+  // backend that cannot use them keeps its own.
+  virtual void SetComputeThreads(int threads) {}
 
   // Fused: gradient, global-norm clipping and the optimizer step `step` (1-based) on the
   // backend's own parameters and optimizer state (set with SetState). Only where

@@ -1,5 +1,6 @@
 #include "learner/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -16,6 +17,27 @@ namespace {
 // the stop flag and its checkpoint again (a reply wakes it at once).
 constexpr std::chrono::milliseconds kSyncWait{5};
 }  // namespace
+
+ComputeThreads::ComputeThreads(int setting, int most)
+    : auto_(setting == 0), most_(std::max(1, most)), threads_(setting == 0 ? 1 : std::max(1, setting)) {}
+
+int ComputeThreads::Observe(double waited_s, double step_s, const std::function<double()>& idle_cores) {
+  if (!auto_) return threads_;
+  waited_ += std::max(0.0, waited_s);
+  busy_ += std::max(0.0, step_s);
+  if (++steps_ < kWindow) return threads_;
+  const double total = waited_ + busy_;
+  const double idle = total > 0 ? waited_ / total : 0.0;
+  const double spare = idle_cores();  // read every window, so each reading covers one
+  if (idle > kIdle) {
+    threads_ = 1;
+  } else if (idle < kBusy && threads_ == 1 && spare >= kSpareCores) {
+    threads_ = most_;
+  }
+  steps_ = 0;
+  waited_ = busy_ = 0;
+  return threads_;
+}
 
 // Relay: the step is applied here (by the host optimizer, or fused on the backend) and
 // the new version goes to the shards, which serve it to the actors.
@@ -300,6 +322,11 @@ void Trainer::Run() {
       backend->has_targets() && (popart || links.batches->wants_targets()) ? &targets : nullptr;
   bool next_staged = false;  // next_batch is loaded already (taken while the previous step computed)
   std::vector<float> before;  // fused: the parameters before the step (the update ratio)
+  // learner.threads; auto shares the machine's cores among the learners.
+  const int cores = std::max(1, links.cores);
+  ComputeThreads threads(lc.threads(), std::max(1, cores / std::max(1, lc.num_learners())));
+  backend->SetComputeThreads(threads.threads());
+  auto waiting_since = links.now();  // since the last step ended: the wait for this one's batch
   while (!stop.load()) {
     if (!updater->Ready()) continue;
     if (next_staged) {
@@ -312,6 +339,7 @@ void Trainer::Run() {
       }
       backend->Load(batch);
     }
+    const double waited = std::chrono::duration<double>(links.now() - waiting_since).count();
     const auto start = Clock::now();
     double update_ratio = 0, norm = 0;
     const int64_t trained_on = updater->BeforeStep(&update_ratio);
@@ -354,9 +382,14 @@ void Trainer::Run() {
     figures[base::StepMetric::kGradNorm] = norm;
     figures[base::StepMetric::kUpdateToParamRatio] = update_ratio;
     figures[base::StepMetric::kLearningRate] = lr;
-    figures[base::StepMetric::kStepSeconds] = std::chrono::duration<double>(Clock::now() - start).count();
+    const double step_s = std::chrono::duration<double>(Clock::now() - start).count();
+    figures[base::StepMetric::kStepSeconds] = step_s;
+    figures[base::StepMetric::kComputeThreads] = threads.threads();
     links.books->Stepped(batch, trained_on, figures);
     updater->AfterStep();
+    const int before_threads = threads.threads();
+    if (threads.Observe(waited, step_s, links.idle_cores) != before_threads) backend->SetComputeThreads(threads.threads());
+    waiting_since = links.now();
   }
 }
 

@@ -8,6 +8,7 @@
 // coordinator's core is tested.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -15,8 +16,10 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <thread>
 #include <vector>
 
+#include "base/cpu.h"
 #include "base/metrics.h"
 #include "base/status.h"
 #include "config/config.pb.h"
@@ -117,6 +120,10 @@ struct TrainerLinks {
   RingLink* ring = nullptr;
   CheckpointWriter* checkpoints = nullptr;
   std::function<Clock::time_point()> now = [] { return Clock::now(); };  // tests: a fake clock
+  // The machine's cores, which learner.threads 0 shares among the learners, and its
+  // idle cores since the previous call (base::IdleCores; tests: a fake).
+  int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  std::function<double()> idle_cores = [idle = std::make_shared<base::IdleCores>()] { return idle->Sample(); };
 };
 
 // The learner's second seam: what becomes of a step's gradient. A new update mode is a
@@ -146,6 +153,35 @@ class Updater {
   virtual bool Skip() { return true; }
   // After the step's books: this mode's periodic checkpoint.
   virtual void AfterStep() {}
+};
+
+// learner.threads: the threads each step may use. A fixed count stays; 0 (auto) gives the
+// learner `most` threads while it bounds the fleet and the machine has a core to spare,
+// and one while it waits for data. It decides once per window of kWindow steps: from the
+// share of the window's time the trainer spent waiting for its batches (below kBusy it
+// bounds the fleet, above kIdle it waits; between, it keeps what it has, so a learner
+// that speeds up enough to wait a little does not flip back at once) and from the
+// machine's idle cores over the window (at least kSpareCores to go up: on a machine whose
+// cores the actors share, a second learner thread takes its core from them, and
+// `stampede bench` measured that fleet slower: docs/benchmarks.md).
+class ComputeThreads {
+ public:
+  static constexpr int kWindow = 8;
+  static constexpr double kBusy = 0.02, kIdle = 0.10, kSpareCores = 0.5;
+  // setting: learner.threads; most: the threads auto may take (at least 1).
+  ComputeThreads(int setting, int most);
+  // A step after which the trainer had waited `waited_s` for its batch and then computed
+  // for `step_s`; `idle_cores` (read at a window's end only) gives the machine's idle
+  // cores since the previous window. Returns the threads for the next step.
+  int Observe(double waited_s, double step_s, const std::function<double()>& idle_cores);
+  int threads() const { return threads_; }
+
+ private:
+  const bool auto_;
+  const int most_;
+  int threads_;
+  int steps_ = 0;
+  double waited_ = 0, busy_ = 0;
 };
 
 class Trainer {

@@ -108,7 +108,7 @@ void BlisGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A,
 #if STAMPEDE_HAVE_ONEDNN
 void OneDnnGemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B,
                 int64_t ldb, float beta, float* C, int64_t ldc) {
-  OneDnnOneThread();
+  UseOneDnnThreads();
   // dnnl_sgemm is row-major, as cblas_sgemm with CblasRowMajor.
   if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc) != dnnl_success) {
     throw std::runtime_error("oneDNN's sgemm failed");

@@ -50,17 +50,19 @@ dnnl::engine& Engine() {
   return *engine;
 }
 
-// oneDNN's OpenMP runs one thread: every role shares the machine's cores with others
-// (actors beside the learner), and the roles are the parallelism. OpenMP's thread count
-// belongs to the calling thread, so each thread that computes sets it (a learner's
-// trainer thread is not the one that made the model; left at the default, it would run
-// a team of one thread per core whose idle members spin).
-void OneThread() {
-  thread_local const bool set = [] {
-    omp_set_num_threads(1);
-    return true;
-  }();
-  (void)set;
+// oneDNN's OpenMP runs one thread unless the calling thread asks for more: every role
+// shares the machine's cores with others (actors beside the learner), and the roles are
+// the parallelism; a learner that bounds the fleet may take more (learner.threads).
+// OpenMP's thread count belongs to the calling thread, so each thread that computes sets
+// it (a learner's trainer thread is not the one that made the model; left at the default,
+// it would run a team of one thread per core whose idle members spin).
+thread_local int wanted_threads = 1;
+void ApplyThreads() {
+  thread_local int applied = 0;
+  if (applied != wanted_threads) {
+    omp_set_num_threads(wanted_threads);
+    applied = wanted_threads;
+  }
 }
 
 bool IsReference(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
@@ -131,15 +133,20 @@ struct OneDnnConv::Impl {
     dnnl::reorder to_src, from_dst, to_w_f, to_ddst, from_dw, to_w_d, from_dsrc;
     std::vector<float> dw_plain, db_plain;
   };
-  std::map<int, std::unique_ptr<Prims>> by_n;
-  // Samples per call: about 1 MB of input, so a chunk's NHWC copies stay in cache.
+  // By (batch size, OpenMP threads): oneDNN fixes a primitive's thread count when it
+  // makes it, so a thread that asks for more threads needs primitives made for them.
+  std::map<std::pair<int, int>, std::unique_ptr<Prims>> by_n;
+  // Samples per call and thread: about 1 MB of input, so a chunk's NHWC copies stay in cache.
   int chunk = 1;
+  // The calling thread's samples per call.
+  int Chunk() const { return chunk * wanted_threads; }
 
   explicit Impl(const ConvGeometry& geometry)
       : g(geometry), chunk(int(std::max<int64_t>(1, (int64_t(1) << 18) / (int64_t(g.c) * g.h * g.w)))) {}
 
   Prims& For(int n) {
-    auto it = by_n.find(n);
+    const std::pair<int, int> key{n, wanted_threads};
+    auto it = by_n.find(key);
     if (it != by_n.end()) return *it->second;
     auto& eng = Engine();
     auto P = std::make_unique<Prims>();
@@ -179,7 +186,7 @@ struct OneDnnConv::Impl {
     P->from_dw = dnnl::reorder(P->dw, P->u_dw);
     P->to_w_d = dnnl::reorder(P->u_w, P->w_d);
     P->from_dsrc = dnnl::reorder(P->dsrc, P->u_dsrc);
-    return *by_n.emplace(n, std::move(P)).first->second;
+    return *by_n.emplace(key, std::move(P)).first->second;
   }
 };
 
@@ -187,7 +194,7 @@ OneDnnConv::OneDnnConv(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 OneDnnConv::~OneDnnConv() = default;
 
 base::StatusOr<std::unique_ptr<OneDnnConv>> OneDnnConv::Create(const ConvGeometry& g) {
-  OneThread();
+  ApplyThreads();
   auto impl = std::make_unique<Impl>(g);
   try {
     // A batch of 16 (an actor's) tells whether oneDNN has real kernels for this shape.
@@ -202,12 +209,13 @@ base::StatusOr<std::unique_ptr<OneDnnConv>> OneDnnConv::Create(const ConvGeometr
 }
 
 void OneDnnConv::Forward(const float* w, const float* b, const float* in, int n, float* out) {
-  OneThread();
+  ApplyThreads();
   Impl& m = *impl_;
   const int64_t in_size = int64_t(m.g.c) * m.g.h * m.g.w, out_size = int64_t(m.g.o) * m.g.oh * m.g.ow;
   const Impl::Prims* prev = nullptr;  // whose weight copy is current
-  for (int s0 = 0; s0 < n; s0 += m.chunk) {
-    Impl::Prims& p = m.For(std::min(m.chunk, n - s0));
+  const int chunk = m.Chunk();
+  for (int s0 = 0; s0 < n; s0 += chunk) {
+    Impl::Prims& p = m.For(std::min(chunk, n - s0));
     p.u_src.set_data_handle(const_cast<float*>(in + s0 * in_size));
     p.u_w.set_data_handle(const_cast<float*>(w));
     p.u_b.set_data_handle(const_cast<float*>(b));
@@ -223,12 +231,13 @@ void OneDnnConv::Forward(const float* w, const float* b, const float* in, int n,
 
 void OneDnnConv::Backward(const float* w, const float* in, const float* dout, int n, float* din, float* dw,
                           float* db) {
-  OneThread();
+  ApplyThreads();
   Impl& m = *impl_;
   const int64_t in_size = int64_t(m.g.c) * m.g.h * m.g.w, out_size = int64_t(m.g.o) * m.g.oh * m.g.ow;
   const Impl::Prims* prev = nullptr;  // whose weight copy is current
-  for (int s0 = 0; s0 < n; s0 += m.chunk) {
-    Impl::Prims& p = m.For(std::min(m.chunk, n - s0));
+  const int chunk = m.Chunk();
+  for (int s0 = 0; s0 < n; s0 += chunk) {
+    Impl::Prims& p = m.For(std::min(chunk, n - s0));
     // The input is reordered again chunk by chunk: a chunk's NHWC copy stays in cache,
     // where one of the whole batch would not.
     p.u_src.set_data_handle(const_cast<float*>(in + s0 * in_size));
@@ -285,7 +294,7 @@ memory Filled(const memory::desc& desc) {
 }  // namespace
 
 base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, double seconds) {
-  OneThread();
+  ApplyThreads();
   try {
     auto& eng = Engine();
     dnnl::stream stream(eng);
@@ -328,7 +337,7 @@ base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, do
 }
 
 base::StatusOr<PoolAloneMs> TimeOneDnnMaxPoolAlone(const ConvGeometry& g, int n, double seconds) {
-  OneThread();
+  ApplyThreads();
   try {
     auto& eng = Engine();
     dnnl::stream stream(eng);
@@ -372,7 +381,9 @@ base::StatusOr<PoolAloneMs> TimeOneDnnMaxPoolAlone(const ConvGeometry& g, int n,
 
 bool OneDnnBuilt() { return true; }
 
-void OneDnnOneThread() { OneThread(); }
+void UseOneDnnThreads() { ApplyThreads(); }
+void SetOneDnnThreads(int n) { wanted_threads = std::max(1, n); }
+int OneDnnThreads() { return wanted_threads; }
 
 }  // namespace stampede::net
 
@@ -404,7 +415,9 @@ base::StatusOr<PoolAloneMs> TimeOneDnnMaxPoolAlone(const ConvGeometry&, int, dou
 }
 bool OneDnnBuilt() { return false; }
 
-void OneDnnOneThread() {}
+void UseOneDnnThreads() {}
+void SetOneDnnThreads(int) {}
+int OneDnnThreads() { return 1; }
 
 }  // namespace stampede::net
 

@@ -58,7 +58,13 @@ class OneDnnConv {
 
 // True where the build has oneDNN.
 bool OneDnnBuilt();
-// The calling thread's oneDNN work runs on one OpenMP thread (net/gemm.cc's sgemm too).
-void OneDnnOneThread();
+// The calling thread's oneDNN work runs on OneDnnThreads() OpenMP threads, one unless
+// SetOneDnnThreads said otherwise for this thread (net/gemm.cc's sgemm too).
+void UseOneDnnThreads();
+// The OpenMP threads the calling thread's oneDNN work runs on from its next call (at least
+// 1; a build without oneDNN ignores it). Thread-local: a learner's trainer sets it for
+// itself (learner.threads), every other thread keeps one.
+void SetOneDnnThreads(int n);
+int OneDnnThreads();
 
 }  // namespace stampede::net

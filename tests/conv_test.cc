@@ -179,3 +179,20 @@ TEST_CASE("layers: oneDNN has real kernels for the project's convolutions", "[ne
   }
 }
 
+
+// learner.threads: a thread that asks for 2 OpenMP threads gets primitives made for them
+// and chunks twice as large; the results are the direct convolution's still, and the
+// thread's one-thread primitives are still right after it goes back.
+TEST_CASE("layers: oneDNN convolutions on 2 threads equal a direct convolution, and on 1 again after", "[net]") {
+  if (!net::OneDnnBuilt()) testing::Skip("this build has no oneDNN (apt-get install libdnnl-dev, then reconfigure)");
+  const net::ConvBackend before = net::GetConvBackend();
+  REQUIRE(net::SetConvBackend(net::ConvBackend::kOneDnn));
+  const std::vector<FloatCase> cases = {{{4, 84, 84}, 16, 8, 4, 0, 45}, {{16, 21, 21}, 16, 3, 1, 1, 37}};
+  for (const int threads : {2, 1}) {
+    net::SetOneDnnThreads(threads);
+    CHECK(net::OneDnnThreads() == threads);
+    for (const FloatCase& c : cases) CheckFloatConv(c);
+  }
+  net::SetOneDnnThreads(1);
+  REQUIRE(net::SetConvBackend(before));
+}

@@ -6,13 +6,16 @@
 
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "config/config.h"
 #include "learner/trainer.h"
 #include "net/from_config.h"
+#include "tests/skip_only.h"
 
 using namespace stampede;
 using namespace stampede::learner;
@@ -47,6 +50,7 @@ class ScriptedBackend final : public Backend {
   std::vector<float> targets;  // [T * B], cycled; empty: no targets
   std::vector<std::vector<float>> taken_at;  // the parameters each gradient was taken at
   int loads = 0;
+  std::vector<int> threads_set;  // each SetComputeThreads, in order
 
   std::string name() const override { return "scripted"; }
   void Load(const Batch&) override { ++loads; }
@@ -61,6 +65,7 @@ class ScriptedBackend final : public Backend {
     return st;
   }
   bool has_targets() const override { return !targets.empty(); }
+  void SetComputeThreads(int threads) override { threads_set.push_back(threads); }
   bool fuses_update() const override { return false; }
   void SetState(std::span<const float>, std::span<const float>, std::span<const float>) override {}
   void GetState(std::span<float>, std::span<float>, std::span<float>) override {}
@@ -471,4 +476,86 @@ TEST_CASE("trainer core: PopArt's statistics follow the step's targets and reach
   CHECK(rig.trainer.params[0] == Approx(3.0));
   CHECK(rig.trainer.params[1] == Approx(2.0));
   CHECK(rig.books.popart_stats == std::vector<float>{rig.trainer.params[0], rig.trainer.params[1]});
+}
+
+TEST_CASE("trainer core: learner.threads 0 takes the machine's share while the learner bounds the fleet and a core is spare, one while it waits", "[trainer]") {
+  // The rule alone: windows of 8 steps, busy below 2% waiting, waiting above 10%, kept
+  // between; up only with half a core idle over the window.
+  double spare = 1.0;
+  int readings = 0;
+  const std::function<double()> idle = [&] {
+    ++readings;
+    return spare;
+  };
+  ComputeThreads fixed(3, 8);
+  CHECK(fixed.threads() == 3);
+  for (int s = 0; s < 20; ++s) CHECK(fixed.Observe(s % 2 ? 5.0 : 0.0, 0.1, idle) == 3);
+  ComputeThreads chooser(0, 4);
+  CHECK(chooser.threads() == 1);
+  auto window = [&](double waited, double step) {
+    int got = 0;
+    for (int s = 0; s < ComputeThreads::kWindow; ++s) got = chooser.Observe(waited, step, idle);
+    return got;
+  };
+  // Seven steps of a window decide nothing (nor read the machine).
+  readings = 0;
+  for (int s = 0; s < ComputeThreads::kWindow - 1; ++s) CHECK(chooser.Observe(0, 0.1, idle) == 1);
+  CHECK(readings == 0);
+  CHECK(chooser.Observe(0, 0.1, idle) == 4);  // never waited, a core idle: it takes them
+  CHECK(readings == 1);
+  CHECK(window(0.005, 0.1) == 4);           // 4.8% waiting: between, kept
+  CHECK(window(0.015, 0.1) == 1);           // 13%: it waits for data
+  CHECK(window(0.005, 0.1) == 1);           // between again, kept
+  spare = 0.4;                              // the actors use the machine
+  CHECK(window(0.001, 0.1) == 1);           // bound, but no core to spare
+  spare = 0.6;
+  CHECK(window(0.001, 0.1) == 4);           // 1% waiting, a core spare
+  spare = 0.0;
+  CHECK(window(0.001, 0.1) == 4);           // its own threads fill the machine: kept while it is bound
+  ComputeThreads one_core(0, 0);            // a machine share below one is one
+  for (int s = 0; s < ComputeThreads::kWindow; ++s) CHECK(one_core.Observe(0, 0.1, idle) == 1);
+
+  // In the loop: 4 cores shared by 2 learners, the fake machine 3 cores idle; batches that
+  // are there at once (the fake clock does not move while the trainer takes them) make it
+  // take 2 after 8 steps; batches it waits a second for keep it at 1.
+  for (const bool waits : {false, true}) {
+    DYNAMIC_SECTION((waits ? "waits" : "bounds the fleet")) {
+      config::Config cfg = Cfg("relay");
+      cfg.mutable_learner()->set_threads(0);
+      cfg.mutable_learner()->set_num_learners(2);
+      Rig rig(cfg, 12, 0, waits ? Clock::duration(1s) : Clock::duration(0));
+      rig.trainer.links.cores = 4;
+      rig.trainer.links.idle_cores = [] { return 3.0; };
+      rig.trainer.Run();
+      REQUIRE(rig.books.figures.size() == 12);
+      for (size_t s = 0; s < 12; ++s) {
+        INFO("step " << s);
+        CHECK(rig.books.figures[s][base::StepMetric::kComputeThreads] == (!waits && s >= 8 ? 2 : 1));
+      }
+      CHECK(rig.backend->threads_set == (waits ? std::vector<int>{1} : std::vector<int>{1, 2}));
+    }
+  }
+  // learner.threads 1 (the default) never asks for more.
+  Rig rig(Cfg("relay"), 12, 0, Clock::duration(0));
+  rig.trainer.links.cores = 4;
+  rig.trainer.links.idle_cores = [] { return 3.0; };
+  rig.trainer.Run();
+  CHECK(rig.backend->threads_set == std::vector<int>{1});
+}
+
+TEST_CASE("base::IdleCores: the machine's idle cores between readings, fewer by the one this test keeps busy", "[trainer]") {
+  base::IdleCores idle;
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  const double since_boot = idle.Sample();
+  if (since_boot < 0) stampede::testing::Skip("/proc/stat cannot be read here");
+  CHECK(since_boot >= 0);
+  CHECK(since_boot <= cores + 1e-9);
+  // Spin this thread for 0.3 s: at most cores - 1 (with a margin for the readings'
+  // clock-tick granularity) were idle meanwhile.
+  const auto until = std::chrono::steady_clock::now() + 300ms;
+  volatile double sink = 0;
+  while (std::chrono::steady_clock::now() < until) sink = sink + 1.0;
+  const double busy = idle.Sample();
+  CHECK(busy >= 0);
+  CHECK(busy <= cores - 0.5);
 }

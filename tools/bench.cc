@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <new>
 #include <thread>
 
@@ -43,6 +44,12 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+// CPU seconds every thread of this process has run.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
 }  // namespace
 
 int RunMinAtarBench(const BenchOptions& opt) {
@@ -266,6 +273,9 @@ int RunBench(const BenchOptions& opt) {
 
   // What parts 2 and 3 measure, for the limit they imply together (below).
   double actor_fps = 0, learner_fps = 0;
+  // learner.threads other than 1: the threads timed, their frames/s and CPU-seconds a frame.
+  int learner_threads = 1;
+  double learner_fps_threads = 0, learner_cpu_per_frame_threads = 0;
 
   // 2. Actor steps/s: E envs, batched inference, sampling, unroll assembly; no sockets.
   {
@@ -349,26 +359,54 @@ int RunBench(const BenchOptions& opt) {
     // times its candidates on each product's first use (a steady learner has done both).
     std::fill(grad.begin(), grad.end(), 0.f);
     learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
-    int64_t steps = 0;
-    copies.Meet();
-    const auto start = Clock::now();
-    double elapsed = 0;
-    while ((elapsed = Since(start)) < opt.seconds) {
+    // The step on `threads` oneDNN threads: steps/s (the copies' mean) and the process's
+    // CPU seconds a step (OpenMP's helpers and their spinning included).
+    auto time_steps = [&](int threads, double* cpu_per_step) {
+      net::SetOneDnnThreads(threads);
       std::fill(grad.begin(), grad.end(), 0.f);
-      learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
-      learner::ClipGlobalNorm(grad, cfg.learner().max_grad_norm());
-      optimizer.Step(params, grad, cfg.learner().optimizer().learning_rate(), steps + 1);
-      ++steps;
-    }
-    const double sps = copies.Mean(steps / elapsed);
+      learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());  // the team starts untimed
+      int64_t steps = 0;
+      copies.Meet();
+      const double cpu0 = ProcessCpuSeconds();
+      const auto start = Clock::now();
+      double elapsed = 0;
+      while ((elapsed = Since(start)) < opt.seconds) {
+        std::fill(grad.begin(), grad.end(), 0.f);
+        learner::ComputeLossAndGrad(*model, params.data(), batch, lo, grad.data());
+        learner::ClipGlobalNorm(grad, cfg.learner().max_grad_norm());
+        optimizer.Step(params, grad, cfg.learner().optimizer().learning_rate(), steps + 1);
+        ++steps;
+      }
+      *cpu_per_step = (ProcessCpuSeconds() - cpu0) / double(std::max<int64_t>(1, steps));
+      net::SetOneDnnThreads(1);
+      return copies.Mean(steps / elapsed);
+    };
+    double cpu_per_step = 0;
+    const double sps = time_steps(1, &cpu_per_step);
     // Backward costs about twice the forward pass.
     const double flops = 3.0 * double((T + 1) * B) * model->ForwardFlops();
     std::string gemm;
     const double peak = MeasureGemmGflops(0.5, &gemm);
+    const double frames_per_step = double(T) * B * core->frames_per_step();
     std::printf("  learner steps/s (1 core, B=%d, T=%d, %s, %lld params): %12.2f  (%.0f frames/s; ~%.1f GFLOP/s; a 512^3 GEMM (%s): %.1f)%s\n",
                 B, T, net::TorsoName(core->net_spec()).c_str(), (long long)model->layout().total_size(), sps,
-                sps * T * B * core->frames_per_step(), sps * flops / 1e9, gemm.c_str(), peak, copies.Note().c_str());
-    learner_fps = sps * T * B * core->frames_per_step();
+                sps * frames_per_step, sps * flops / 1e9, gemm.c_str(), peak, copies.Note().c_str());
+    learner_fps = sps * frames_per_step;
+    // learner.threads other than 1: the same step on the threads the learner takes while
+    // it bounds the fleet (auto: the cores shared among the learners).
+    const int setting = cfg.learner().threads();
+    const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    const int n = setting == 0 ? std::max(1, cores / cfg.learner().num_learners()) : setting;
+    if (n > 1 && net::OneDnnBuilt()) {
+      double cpu_n = 0;
+      const double sps_n = time_steps(n, &cpu_n);
+      learner_threads = n;
+      learner_fps_threads = sps_n * frames_per_step;
+      learner_cpu_per_frame_threads = cpu_n / frames_per_step;
+      std::printf("  learner steps/s (%d threads, learner.threads %d): %12.2f  (%.0f frames/s, %.2fx one thread; "
+                  "%.3f CPU-seconds a step against %.3f)%s\n",
+                  n, setting, sps_n, learner_fps_threads, sps_n / sps, cpu_n, cpu_per_step, copies.Note().c_str());
+    }
   }
   if (!copies.first()) return 0;  // a copy's part ends with the parts
 
@@ -382,14 +420,25 @@ int RunBench(const BenchOptions& opt) {
     const double learn_fps = learner_fps * fresh;
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     const double shared = cores / (1.0 / actor_fps + 1.0 / learn_fps);
-    const double limit = std::min({shared, cfg.actors().num_actors() * actor_fps,
-                                   cfg.learner().num_learners() * learn_fps});
+    double limit = std::min({shared, cfg.actors().num_actors() * actor_fps,
+                             cfg.learner().num_learners() * learn_fps});
     std::printf("  parts' limit on %d cores (%d actors, %d learner(s), %.0f%% of each batch fresh; PS and sockets "
                 "free; parts measured %s): %.0f frames/s\n",
                 cores, cfg.actors().num_actors(), cfg.learner().num_learners(), 100 * fresh,
                 copies.n() > 1 ? ("with " + std::to_string(copies.n()) + " processes at once").c_str() : "alone", limit);
-    std::printf("RESULT parts_limit_frames_per_s=%.0f actor_frames_per_s=%.0f learner_fresh_frames_per_s=%.0f\n", limit,
-                actor_fps, learn_fps);
+    if (learner_threads > 1) {
+      // A learner on more threads costs the CPU it took a frame (OpenMP's helpers
+      // included) and is capped by its own faster rate. learner.threads 0 takes the
+      // better of the two, as the learner does by watching whether it waits.
+      const double shared_n = cores / (1.0 / actor_fps + learner_cpu_per_frame_threads / fresh);
+      const double limit_n = std::min({shared_n, cfg.actors().num_actors() * actor_fps,
+                                       cfg.learner().num_learners() * learner_fps_threads * fresh});
+      std::printf("  parts' limit with the learner on %d threads: %.0f frames/s (%.2fx one thread)\n", learner_threads,
+                  limit_n, limit_n / limit);
+      limit = cfg.learner().threads() == 0 ? std::max(limit, limit_n) : limit_n;
+    }
+    std::printf("RESULT parts_limit_frames_per_s=%.0f actor_frames_per_s=%.0f learner_fresh_frames_per_s=%.0f learner_threads=%d\n",
+                limit, actor_fps, learn_fps, learner_threads);
   }
 
   // 4. The whole fleet, learning, on this machine: with CURVE (the default) and without,
