@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "learner/loss.h"
 #include "net/distribution.h"
 #include "envs/rng.h"
+#include "net/fast_math.h"
 #include "net/layers.h"
 #include "net/model.h"
 #include "tests/random_values.h"
@@ -637,4 +639,77 @@ TEST_CASE("models: net.init orthogonal, torch and glorot start the weights as st
       }
     }
   }
+}
+
+// The CPU LSTM's float cell (net/fast_math.h): its exp, sigmoid and tanh against the
+// double functions over every range the cell meets, and the float LSTM's forward against
+// the double one on the same parameters and inputs.
+TEST_CASE("LSTM: the float cell's exp, sigmoid and tanh are within a few ulps of the double ones", "[net]") {
+  double worst_exp = 0, worst_sig = 0, worst_tanh = 0;
+  for (double x = -86.0; x <= 87.0; x += 0.000731) {
+    const float xf = float(x);
+    const double e = std::exp(double(xf));
+    worst_exp = std::max(worst_exp, std::abs(double(net::ExpF(xf)) - e) / e);
+    const double sg = 1.0 / (1.0 + std::exp(-double(xf)));
+    worst_sig = std::max(worst_sig, std::abs(double(net::SigmoidF(xf)) - sg) / sg);
+    const double th = std::tanh(double(xf));
+    if (th != 0) worst_tanh = std::max(worst_tanh, std::abs(double(net::TanhF(xf)) - th) / std::abs(th));
+  }
+  // Tiny arguments, where 1 - 2 / (e^2x + 1) would lose every digit.
+  for (double x = 1e-8; x < 0.7; x *= 1.01) {
+    for (const double sx : {x, -x}) {
+      const float xf = float(sx);
+      const double th = std::tanh(double(xf));
+      worst_tanh = std::max(worst_tanh, std::abs(double(net::TanhF(xf)) - th) / std::abs(th));
+    }
+  }
+  const double ulp = std::numeric_limits<float>::epsilon();
+  INFO("exp " << worst_exp / ulp << " ulp, sigmoid " << worst_sig / ulp << ", tanh " << worst_tanh / ulp);
+  CHECK(worst_exp < 1.5 * ulp);
+  CHECK(worst_sig < 2.5 * ulp);
+  CHECK(worst_tanh < 2 * ulp);
+  // Beyond the clamp: saturated, finite.
+  CHECK(net::SigmoidF(-200.f) >= 0.f);
+  CHECK(net::SigmoidF(-200.f) < 1e-37f);
+  CHECK(net::SigmoidF(200.f) == 1.f);
+  CHECK(net::TanhF(200.f) == 1.f);
+  CHECK(net::TanhF(-200.f) == -1.f);
+  CHECK(net::TanhF(0.f) == 0.f);
+}
+
+TEST_CASE("LSTM: the float forward equals the double one on the same parameters and inputs", "[net]") {
+  const int in = 24, H = 40, T1 = 9, B = 5;  // H not a multiple of the vector width
+  net::ParamLayout ld, lf;
+  net::Lstm<double> lstm_d(&ld, "l", in, H);
+  net::Lstm<float> lstm_f(&lf, "l", in, H);
+  REQUIRE(ld.total_size() == lf.total_size());
+  const std::vector<double> p = Random(size_t(ld.total_size()), 31, 0.6);
+  const std::vector<double> x = Random(size_t(T1) * B * in, 32, 1.5);
+  const std::vector<double> init = Random(size_t(B) * 2 * H, 33, 2.0);
+  std::vector<uint8_t> first(size_t(T1) * B, 0);
+  first[3 * B + 1] = 1;
+  const std::vector<float> pf(p.begin(), p.end()), xf(x.begin(), x.end()), initf(init.begin(), init.end());
+  std::vector<double> out_d(size_t(T1) * B * H), final_d(size_t(B) * 2 * H);
+  std::vector<float> out_f(out_d.size()), final_f(final_d.size());
+  lstm_d.Forward(p.data(), x.data(), T1, B, first.data(), init.data(), out_d.data(), final_d.data());
+  lstm_f.Forward(pf.data(), xf.data(), T1, B, first.data(), initf.data(), out_f.data(), final_f.data());
+  double worst = 0;
+  for (size_t i = 0; i < out_d.size(); ++i) worst = std::max(worst, std::abs(double(out_f[i]) - out_d[i]));
+  for (size_t i = 0; i < final_d.size(); ++i) worst = std::max(worst, std::abs(double(final_f[i]) - final_d[i]));
+  INFO("largest difference " << worst);
+  CHECK(worst < 1e-5);
+  // The float backward from those activations matches the double one too.
+  const std::vector<double> dout = Random(out_d.size(), 34, 1.0);
+  const std::vector<float> doutf(dout.begin(), dout.end());
+  std::vector<double> dx_d(x.size()), g_d(p.size(), 0.0);
+  std::vector<float> dx_f(x.size()), g_f(p.size(), 0.f);
+  lstm_d.Backward(p.data(), dout.data(), dx_d.data(), g_d.data());
+  lstm_f.Backward(pf.data(), doutf.data(), dx_f.data(), g_f.data());
+  double worst_g = 0, scale = 1e-30;
+  for (size_t i = 0; i < g_d.size(); ++i) {
+    worst_g = std::max(worst_g, std::abs(double(g_f[i]) - g_d[i]));
+    scale = std::max(scale, std::abs(g_d[i]));
+  }
+  INFO("gradient: largest difference " << worst_g << " of " << scale);
+  CHECK(worst_g / scale < 2e-5);
 }
