@@ -42,4 +42,10 @@ inline float TanhF(float x) {
   return a < 0.625f ? small : big;
 }
 
+// One row of H LSTM cells in float, as net/kernel_math.h's LstmCellForward computes each:
+// `gates` [i, f, g, o] pre-activations in, activations out; c, tanh(c) and h written.
+// Built in its own file (lstm_cell.cc) with -fno-trapping-math, without which GCC will
+// not turn these functions' selects into vector blends.
+void LstmRowForwardFloat(float* gates, int H, const float* c_prev, float* c, float* tanh_c, float* h);
+
 }  // namespace stampede::net

@@ -596,27 +596,10 @@ template <class S>
 void LstmRowForward(S* gates, int H, const S* c_prev, S* c, S* tanh_c, S* h) {
   for (int j = 0; j < H; ++j) LstmCellForward(gates, H, j, c_prev[j], &c[j], &tanh_c[j], &h[j]);
 }
-// Float: the same cell with net/fast_math.h's functions, which vectorise (the double
-// ones took about 40% of the LSTM's forward in a learner step: docs/benchmarks.md).
+// Float: the same cell, vectorised (net/fast_math.h).
 template <>
 void LstmRowForward<float>(float* gates, int H, const float* c_prev, float* c, float* tanh_c, float* h) {
-  float* __restrict gi = gates;
-  float* __restrict gf = gates + H;
-  float* __restrict gg = gates + 2 * H;
-  float* __restrict go = gates + 3 * H;
-  const float* __restrict cp = c_prev;
-  float* __restrict cn = c;
-  float* __restrict tc = tanh_c;
-  float* __restrict hn = h;
-  for (int j = 0; j < H; ++j) {
-    const float i = SigmoidF(gi[j]), f = SigmoidF(gf[j]), g = TanhF(gg[j]), o = SigmoidF(go[j]);
-    gi[j] = i, gf[j] = f, gg[j] = g, go[j] = o;
-    const float cj = f * cp[j] + i * g;
-    const float t = TanhF(cj);
-    cn[j] = cj;
-    tc[j] = t;
-    hn[j] = o * t;
-  }
+  LstmRowForwardFloat(gates, H, c_prev, c, tanh_c, h);
 }
 }  // namespace
 
