@@ -323,8 +323,7 @@ void Trainer::Run() {
   bool next_staged = false;  // next_batch is loaded already (taken while the previous step computed)
   std::vector<float> before;  // fused: the parameters before the step (the update ratio)
   // learner.threads; auto shares the machine's cores among the learners.
-  const int cores = std::max(1, links.cores);
-  ComputeThreads threads(lc.threads(), std::max(1, cores / std::max(1, lc.num_learners())));
+  ComputeThreads threads(lc.threads(), ComputeThreads::Most(links.cores, lc.num_learners()));
   backend->SetComputeThreads(threads.threads());
   auto waiting_since = links.now();  // since the last step ended: the wait for this one's batch
   while (!stop.load()) {

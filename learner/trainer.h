@@ -170,6 +170,8 @@ class ComputeThreads {
   static constexpr double kBusy = 0.02, kIdle = 0.10, kSpareCores = 0.5;
   // setting: learner.threads; most: the threads auto may take (at least 1).
   ComputeThreads(int setting, int most);
+  // The threads auto may take: the machine's cores shared among the learners.
+  static int Most(int cores, int num_learners) { return std::max(1, cores / std::max(1, num_learners)); }
   // A step after which the trainer had waited `waited_s` for its batch and then computed
   // for `step_s`; `idle_cores` (read at a window's end only) gives the machine's idle
   // cores since the previous window. Returns the threads for the next step.

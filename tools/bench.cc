@@ -29,6 +29,7 @@
 #include "learner/batch.h"
 #include "learner/loss.h"
 #include "learner/optimizer.h"
+#include "learner/trainer.h"
 #include "net/cuda/trainer.h"
 #include "net/from_config.h"
 #include "net/layers.h"
@@ -396,7 +397,7 @@ int RunBench(const BenchOptions& opt) {
     // it bounds the fleet (auto: the cores shared among the learners).
     const int setting = cfg.learner().threads();
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-    const int n = setting == 0 ? std::max(1, cores / cfg.learner().num_learners()) : setting;
+    const int n = setting == 0 ? learner::ComputeThreads::Most(cores, cfg.learner().num_learners()) : setting;
     if (n > 1 && net::OneDnnBuilt()) {
       double cpu_n = 0;
       const double sps_n = time_steps(n, &cpu_n);
