@@ -85,15 +85,19 @@ base::StatusOr<std::unique_ptr<Model<float>>> MakeModelFromConfig(const config::
   const std::string& backend = cfg.net().conv_backend();
   if (backend == "eigen") {
     SetConvBackend(ConvBackend::kEigen);
-  } else if (backend == "onednn" || backend == "auto") {
-    if (!SetConvBackend(ConvBackend::kOneDnn) && backend == "onednn") {
-      return base::InvalidArgument(
-          "net.conv_backend: \"onednn\", but this build has no oneDNN (apt-get install libdnnl-dev, then "
-          "reconfigure), or set \"auto\" or \"eigen\"");
+  } else if (backend == "onednn" || backend == "onednn_per_layer" || backend == "auto") {
+    const ConvBackend want = backend == "onednn_per_layer" ? ConvBackend::kOneDnnPerLayer : ConvBackend::kOneDnn;
+    if (!SetConvBackend(want)) {
+      if (backend != "auto") {
+        return base::InvalidArgument("net.conv_backend: \"" + backend +
+                                     "\", but this build has no oneDNN (apt-get install libdnnl-dev, then "
+                                     "reconfigure), or set \"auto\" or \"eigen\"");
+      }
+      SetConvBackend(ConvBackend::kEigen);
     }
   } else {
     return base::InvalidArgument("net.conv_backend: \"" + backend +
-                                 "\" is not known, expected \"auto\", \"onednn\" or \"eigen\"");
+                                 "\" is not known, expected \"auto\", \"onednn\", \"onednn_per_layer\" or \"eigen\"");
   }
   // The process's GEMM (net/gemm.h): a backend asked for by name must be installed here.
   RETURN_IF_ERROR(SetGemmBackend(cfg.net().gemm_backend()));

@@ -158,7 +158,7 @@ class Conv : public Layer<S> {
     w_ = layout->Add(name + "/w", {out_channels, in.c, k, k});
     b_ = layout->Add(name + "/b", {out_channels});
     if constexpr (std::is_same_v<S, float>) {
-      if (GetConvBackend() == ConvBackend::kOneDnn) {
+      if (GetConvBackend() != ConvBackend::kEigen) {
         // Where oneDNN has no real kernel for this shape the Eigen path runs it.
         auto conv = OneDnnConv::Create({in.c, in.h, in.w, out_.c, out_.h, out_.w, k, stride, pad});
         if (conv.ok()) onednn_ = std::move(conv).value();

@@ -41,9 +41,12 @@ template <class S>
 std::unique_ptr<Layer<S>> MakeTanh(int size);
 // Which code computes the float32 CPU convolutions of layers made from now on
 // (process-wide; double-precision layers always use Eigen): oneDNN's JIT kernels where
-// the build has oneDNN (the default), else Eigen GEMMs over unrolled windows. A
-// convolution oneDNN has only a reference kernel for stays on Eigen.
-enum class ConvBackend { kEigen, kOneDnn };
+// the build has oneDNN (the default), else Eigen GEMMs over unrolled windows. With
+// kOneDnn, BuildTorso makes each run of image layers one layer whose activations stay in
+// oneDNN's layouts (net/onednn_stack.h); with kOneDnnPerLayer each convolution is a
+// layer of its own that reorders from NCHW and back. A convolution oneDNN has only a
+// reference kernel for stays on Eigen.
+enum class ConvBackend { kEigen, kOneDnn, kOneDnnPerLayer };
 // false (and nothing changes) if oneDNN is asked for and the build lacks it.
 bool SetConvBackend(ConvBackend backend);
 ConvBackend GetConvBackend();
@@ -62,11 +65,13 @@ std::unique_ptr<Layer<S>> MakeResidual(ParamLayout* layout, const std::string& n
 
 // A torso's layers (net/network.h's Torso: a preset's list or net.layers) on an
 // observation of `obs_shape`, their parameters registered in list order (what a CPU
-// model builds; the bench times them one by one). An error names a layer that does not
-// fit its input.
+// model builds). In float with ConvBackend::kOneDnn, each run of image layers becomes one
+// layer on oneDNN (net/onednn_stack.h; the same parameters), unless `per_layer` (the
+// bench's table by layer) or oneDNN lacks a real kernel for one of them. An error names
+// a layer that does not fit its input.
 template <class S>
 base::StatusOr<std::vector<std::unique_ptr<Layer<S>>>> BuildTorso(const Torso& torso, const std::vector<int>& obs_shape,
-                                                                  ParamLayout* layout);
+                                                                  ParamLayout* layout, bool per_layer = false);
 
 // An LSTM core over a time-major sequence [T1, B, in]: gates [i, f, g, o] =
 // x Wx + h Wh + b ("<name>/wx" [in, 4H], "<name>/wh" [H, 4H], "<name>/b" [4H]);

@@ -6,8 +6,10 @@
 #include <map>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
 
 #include "net/layers.h"
+#include "net/onednn_stack.h"
 
 namespace stampede::net {
 
@@ -36,13 +38,34 @@ ImageShape ImageOf(const std::vector<int>& shape) {
 
 template <class S>
 base::StatusOr<std::vector<std::unique_ptr<Layer<S>>>> BuildTorso(const Torso& torso, const std::vector<int>& obs_shape,
-                                                                  ParamLayout* layout) {
+                                                                  ParamLayout* layout, bool per_layer) {
   ASSIGN_OR_RETURN(const std::vector<LayerIo> io, TorsoShapes(torso, obs_shape));
   layout->set_tag(torso.tag);
   std::vector<std::unique_ptr<Layer<S>>> L;
   for (size_t i = 0; i < torso.layers.size(); ++i) {
     const LayerSpec& l = torso.layers[i];
     const LayerIo& x = io[i];
+    if constexpr (std::is_same_v<S, float>) {
+      // A run of image layers with a convolution in it, as one layer on oneDNN.
+      if (!per_layer && GetConvBackend() == ConvBackend::kOneDnn) {
+        size_t end = i;
+        bool conv = false;
+        while (end < torso.layers.size() && StackableOnOneDnn(torso.layers[end].kind) && io[end].in_image &&
+               io[end].out_image) {
+          conv = conv || torso.layers[end].kind == LayerSpec::Kind::kConv ||
+                 torso.layers[end].kind == LayerSpec::Kind::kResidual;
+          ++end;
+        }
+        if (conv) {
+          auto stack = MakeOneDnnStack(torso, io, i, end, layout);
+          if (stack.ok()) {
+            L.push_back(std::move(stack).value());
+            i = end - 1;
+            continue;
+          }
+        }
+      }
+    }
     switch (l.kind) {
       case LayerSpec::Kind::kDense:
         L.push_back(MakeDense<S>(layout, l.name, x.in.size(), l.units));
@@ -68,10 +91,10 @@ base::StatusOr<std::vector<std::unique_ptr<Layer<S>>>> BuildTorso(const Torso& t
 }
 template base::StatusOr<std::vector<std::unique_ptr<Layer<float>>>> BuildTorso<float>(const Torso&,
                                                                                     const std::vector<int>&,
-                                                                                    ParamLayout*);
+                                                                                    ParamLayout*, bool);
 template base::StatusOr<std::vector<std::unique_ptr<Layer<double>>>> BuildTorso<double>(const Torso&,
                                                                                       const std::vector<int>&,
-                                                                                      ParamLayout*);
+                                                                                      ParamLayout*, bool);
 
 namespace {
 

@@ -12,12 +12,22 @@ std::atomic<ConvBackend> g_conv_backend{OneDnnBuilt() ? ConvBackend::kOneDnn : C
 }  // namespace
 
 bool SetConvBackend(ConvBackend backend) {
-  if (backend == ConvBackend::kOneDnn && !OneDnnBuilt()) return false;
+  if (backend != ConvBackend::kEigen && !OneDnnBuilt()) return false;
   g_conv_backend = backend;
   return true;
 }
 ConvBackend GetConvBackend() { return g_conv_backend.load(); }
-const char* ConvBackendName(ConvBackend backend) { return backend == ConvBackend::kOneDnn ? "onednn" : "eigen"; }
+const char* ConvBackendName(ConvBackend backend) {
+  switch (backend) {
+    case ConvBackend::kOneDnn:
+      return "onednn";
+    case ConvBackend::kOneDnnPerLayer:
+      return "onednn_per_layer";
+    case ConvBackend::kEigen:
+      break;
+  }
+  return "eigen";
+}
 
 }  // namespace stampede::net
 
@@ -28,6 +38,8 @@ const char* ConvBackendName(ConvBackend backend) { return backend == ConvBackend
 #include <cstdint>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "net/onednn_internal.h"
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -38,13 +50,7 @@ extern "C" void omp_set_num_threads(int);
 
 namespace stampede::net {
 
-namespace {
-using dnnl::memory;
-using tag = memory::format_tag;
-using dt = memory::data_type;
-
-// One engine for the process (engines are thread-safe); each convolution has its own
-// stream.
+namespace onednn {
 dnnl::engine& Engine() {
   static dnnl::engine* engine = new dnnl::engine(dnnl::engine::kind::cpu, 0);
   return *engine;
@@ -56,7 +62,10 @@ dnnl::engine& Engine() {
 // OpenMP's thread count belongs to the calling thread, so each thread that computes sets
 // it (a learner's trainer thread is not the one that made the model; left at the default,
 // it would run a team of one thread per core whose idle members spin).
+namespace {
 thread_local int wanted_threads = 1;
+}  // namespace
+int WantedThreads() { return wanted_threads; }
 void ApplyThreads() {
   thread_local int applied = 0;
   if (applied != wanted_threads) {
@@ -64,8 +73,16 @@ void ApplyThreads() {
     applied = wanted_threads;
   }
 }
+void SetWanted(int n) { wanted_threads = std::max(1, n); }
+}  // namespace onednn
 
-bool IsReference(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
+namespace {
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+using onednn::ApplyThreads;
+using onednn::Engine;
+using onednn::IsReference;
 
 // The three primitives' descriptions for a batch of n: activations in `act` (NHWC, or
 // "any" for oneDNN's choice), weights in oneDNN's own layout, the backward passes in the
@@ -139,13 +156,13 @@ struct OneDnnConv::Impl {
   // Samples per call and thread: about 1 MB of input, so a chunk's NHWC copies stay in cache.
   int chunk = 1;
   // The calling thread's samples per call.
-  int Chunk() const { return chunk * wanted_threads; }
+  int Chunk() const { return chunk * onednn::WantedThreads(); }
 
   explicit Impl(const ConvGeometry& geometry)
       : g(geometry), chunk(int(std::max<int64_t>(1, (int64_t(1) << 18) / (int64_t(g.c) * g.h * g.w)))) {}
 
   Prims& For(int n) {
-    const std::pair<int, int> key{n, wanted_threads};
+    const std::pair<int, int> key{n, onednn::WantedThreads()};
     auto it = by_n.find(key);
     if (it != by_n.end()) return *it->second;
     auto& eng = Engine();
@@ -382,8 +399,8 @@ base::StatusOr<PoolAloneMs> TimeOneDnnMaxPoolAlone(const ConvGeometry& g, int n,
 bool OneDnnBuilt() { return true; }
 
 void UseOneDnnThreads() { ApplyThreads(); }
-void SetOneDnnThreads(int n) { wanted_threads = std::max(1, n); }
-int OneDnnThreads() { return wanted_threads; }
+void SetOneDnnThreads(int n) { onednn::SetWanted(n); }
+int OneDnnThreads() { return onednn::WantedThreads(); }
 
 }  // namespace stampede::net
 

@@ -6,6 +6,8 @@
 // bad lists and configs are clear, located errors.
 #include <catch2/catch.hpp>
 
+#include <iomanip>
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -108,10 +110,16 @@ TEST_CASE("networks: the presets build the networks they built before the layer 
     std::vector<float> pol, val;
     Outputs(g.spec, p, &pol, &val);
     const int A = g.spec.policy.output_size();
-    CHECK(pol[0] == Approx(g.out[0]).epsilon(1e-5).margin(1e-6));
-    CHECK(pol[1] == Approx(g.out[1]).epsilon(1e-5).margin(1e-6));
-    CHECK(pol[size_t(A) + 1] == Approx(g.out[2]).epsilon(1e-5).margin(1e-6));
-    CHECK(val[1] == Approx(g.out[3]).epsilon(1e-5).margin(1e-6));
+    // Float rounding: the deep ResNet at 84x84 (15 convolutions over large images, then a
+    // 3872-wide product) reads 1.5e-5 apart where its image layers run as one oneDNN run
+    // (net/onednn_stack.h) rather than one by one, which sum in other orders.
+    const double eps = g.spec.torso == "deep_resnet" && g.spec.obs_shape.back() == 84 ? 5e-5 : 1e-5;
+    INFO("value " << std::setprecision(9) << val[1] << ", policy " << pol[0] << " " << pol[1] << " "
+                  << pol[size_t(A) + 1]);
+    CHECK(pol[0] == Approx(g.out[0]).epsilon(eps).margin(1e-6));
+    CHECK(pol[1] == Approx(g.out[1]).epsilon(eps).margin(1e-6));
+    CHECK(pol[size_t(A) + 1] == Approx(g.out[2]).epsilon(eps).margin(1e-6));
+    CHECK(val[1] == Approx(g.out[3]).epsilon(eps).margin(1e-6));
   }
   // An unset torso is the registry's first preset.
   CHECK(net::ModelLayout(Preset("", {4}, false, {64, 64}, false, 256, 0, 2)).Fingerprint() == 0x615b2db95a91028full);

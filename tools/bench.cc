@@ -504,11 +504,17 @@ int RunNetworkBench(const BenchOptions& opt) {
               base::HugePagesDescription().c_str());
   // Each convolution backend this build has (net.conv_backend), the default last.
   std::vector<net::ConvBackend> backends = {net::ConvBackend::kEigen};
-  if (net::OneDnnBuilt()) backends.push_back(net::ConvBackend::kOneDnn);
+  if (net::OneDnnBuilt()) {
+    backends.push_back(net::ConvBackend::kOneDnnPerLayer);
+    backends.push_back(net::ConvBackend::kOneDnn);
+  }
   for (const net::ConvBackend backend : backends) {
     net::SetConvBackend(backend);
     std::printf("== convolutions on %s (net.conv_backend \"%s\")\n",
-                backend == net::ConvBackend::kOneDnn ? "oneDNN (JIT kernels, NHWC inside)" : "Eigen (GEMMs over unrolled windows)",
+                backend == net::ConvBackend::kOneDnn ? "oneDNN, the image layers as one run in its blocked layouts"
+                : backend == net::ConvBackend::kOneDnnPerLayer
+                    ? "oneDNN, each convolution reordering from NCHW and back"
+                    : "Eigen (GEMMs over unrolled windows)",
                 net::ConvBackendName(backend));
     std::printf("  %-24s %8s %12s %6s %14s %10s %8s\n", "network", "obs", "MFLOP/row", "batch", "us/sample", "GFLOP/s", "of peak");
     for (const Case& c : cases) {

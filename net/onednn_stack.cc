@@ -1,0 +1,564 @@
+#include "net/onednn_stack.h"
+
+#include <string>
+
+namespace stampede::net {
+
+bool StackableOnOneDnn(LayerSpec::Kind kind) {
+  switch (kind) {
+    case LayerSpec::Kind::kConv:
+    case LayerSpec::Kind::kMaxPool:
+    case LayerSpec::Kind::kResidual:
+    case LayerSpec::Kind::kRelu:
+      return true;
+    case LayerSpec::Kind::kDense:
+    case LayerSpec::Kind::kTanh:
+      return false;
+  }
+  return false;
+}
+
+}  // namespace stampede::net
+
+#ifdef STAMPEDE_HAVE_ONEDNN
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+#include "net/onednn_internal.h"
+
+namespace stampede::net {
+
+namespace {
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+using onednn::Engine;
+using onednn::IsReference;
+
+// A layer of the run as built from its spec: what a plan for a batch size needs.
+struct ConvSpec {
+  ImageShape in, out;
+  int k = 0, s = 1, p = 0;
+  int64_t w = 0, b = 0;  // parameter offsets (set when registered)
+};
+struct Stage {
+  enum class Kind { kConv, kRelu, kPool, kResidual } kind = Kind::kConv;
+  ConvSpec conv, conv1;  // kConv: conv; kResidual: conv (conv0) and conv1
+  ImageShape in, out;
+  int k = 0, s = 1, p = 0;  // kPool's window
+};
+
+memory::dims Dims(int n, ImageShape s) { return {n, s.c, s.h, s.w}; }
+
+// The float count of a memory (padding included, for blocked layouts).
+size_t Floats(const memory& m) { return m.get_desc().get_size() / sizeof(float); }
+float* Data(const memory& m) { return static_cast<float*>(m.get_data_handle()); }
+
+class Stack : public Layer<float> {
+ public:
+  Stack(std::vector<Stage> stages, ImageShape in, ImageShape out, bool first)
+      : stages_(std::move(stages)), in_(in), out_(out), first_(first) {}
+
+  int in_size() const override { return in_.size(); }
+  int out_size() const override { return out_.size(); }
+  double flops() const override {
+    double f = 0;
+    auto conv = [](const ConvSpec& c) { return 2.0 * c.in.c * c.k * c.k * c.out.size(); };
+    for (const Stage& st : stages_) {
+      if (st.kind == Stage::Kind::kConv) f += conv(st.conv);
+      if (st.kind == Stage::Kind::kResidual) f += conv(st.conv) + conv(st.conv1);
+    }
+    return f;
+  }
+  std::vector<Stage>& stages() { return stages_; }
+
+  // Builds the plan for a batch of n (an error where a kernel is oneDNN's reference one).
+  base::Status Probe(int n) {
+    try {
+      Plan& plan = For(n);
+      if (!plan.references.empty()) {
+        return base::Unavailable("oneDNN has only its reference kernel (" + plan.references + ") for a layer");
+      }
+    } catch (const dnnl::error& e) {
+      return base::Unavailable(std::string("oneDNN: ") + e.what());
+    }
+    return base::OkStatus();
+  }
+
+  void Forward(const float* p, const float* in, int n, float* out) override {
+    onednn::ApplyThreads();
+    Plan& plan = For(n);
+    plan.tensors.front().val.set_data_handle(const_cast<float*>(in));
+    plan.tensors.back().val.set_data_handle(out);
+    for (Op& op : plan.ops) RunForward(plan, op, p);
+    stream_.wait();
+    last_ = &plan, last_in_ = in;
+  }
+
+  void Backward(const float* p, const float* in, const float*, const float* dout, int n, float* din,
+                float* grad) override {
+    if (din != nullptr && first_) {
+      throw std::logic_error("a oneDNN layer run at the torso's start computes no input gradient");
+    }
+    if (last_ == nullptr || last_->n != n || last_in_ != in) {
+      scratch_out_.resize(size_t(n) * out_.size());
+      Forward(p, in, n, scratch_out_.data());
+    }
+    onednn::ApplyThreads();
+    Plan& plan = *last_;
+    plan.tensors.front().val.set_data_handle(const_cast<float*>(in));
+    plan.tensors.back().diff.set_data_handle(const_cast<float*>(dout));
+    if (din != nullptr) plan.tensors.front().diff.set_data_handle(din);
+    for (Tensor& t : plan.tensors) t.diff_set = false;
+    plan.tensors.back().diff_set = true;
+    for (size_t i = plan.ops.size(); i-- > 0;) RunBackward(plan, plan.ops[i], p, grad, din != nullptr);
+    stream_.wait();
+  }
+
+ private:
+  struct Tensor {
+    memory::desc d;
+    memory val, diff;  // the user's at both ends (handles set per call)
+    bool diff_set = false;
+    bool from_input = false;  // the run's input, or a copy of it (no gradient without din)
+  };
+  enum class OpKind { kReorder, kConv, kRelu, kPool, kAdd };
+  struct Op {
+    OpKind kind = OpKind::kReorder;
+    int in = -1, in2 = -1, out = -1;
+    dnnl::reorder fwd_reorder, bwd_reorder;
+    // kConv
+    const ConvSpec* conv = nullptr;
+    dnnl::convolution_forward cf;
+    dnnl::convolution_backward_weights cbw;
+    std::optional<dnnl::convolution_backward_data> cbd;
+    memory u_w, u_b, w_f, w_d, dw, db, u_dw;
+    dnnl::reorder to_w_f, to_w_d, from_dw;
+    std::vector<float> dw_plain, db_plain;
+    // kRelu
+    dnnl::eltwise_forward ef;
+    dnnl::eltwise_backward eb;
+    // kPool
+    dnnl::pooling_forward pf;
+    dnnl::pooling_backward pb;
+    memory ws;
+    // A gradient for an input whose gradient another op has set already, added after.
+    std::optional<memory> partial;
+  };
+  struct Plan {
+    int n = 0, threads = 1;
+    std::deque<Tensor> tensors;  // [0]: the run's input; back(): its output
+    std::vector<Op> ops;
+    std::string references;      // the reference kernels among the ops' ("" if none)
+  };
+
+  // ---- building a plan ---------------------------------------------------------------
+
+  int NewTensor(Plan& plan, const memory::desc& d, bool user = false) {
+    auto& eng = Engine();
+    Tensor t;
+    t.d = d;
+    t.val = user ? memory(d, eng, DNNL_MEMORY_NONE) : memory(d, eng);
+    t.diff = user ? memory(d, eng, DNNL_MEMORY_NONE) : memory(d, eng);
+    plan.tensors.push_back(std::move(t));
+    return int(plan.tensors.size()) - 1;
+  }
+  void NoteKernel(Plan& plan, const char* impl) {
+    if (IsReference(impl)) plan.references += std::string(plan.references.empty() ? "" : ", ") + impl;
+  }
+  // Tensor x in layout d (itself where it is in d already).
+  int InLayout(Plan& plan, int x, const memory::desc& d) {
+    if (plan.tensors[size_t(x)].d == d) return x;
+    const int y = NewTensor(plan, d);
+    plan.tensors[size_t(y)].from_input = plan.tensors[size_t(x)].from_input;
+    Op op;
+    op.kind = OpKind::kReorder;
+    op.in = x, op.out = y;
+    op.fwd_reorder = dnnl::reorder(plan.tensors[size_t(x)].val, plan.tensors[size_t(y)].val);
+    op.bwd_reorder = dnnl::reorder(plan.tensors[size_t(y)].diff, plan.tensors[size_t(x)].diff);
+    plan.ops.push_back(std::move(op));
+    return y;
+  }
+
+  int AddConv(Plan& plan, int x, const ConvSpec& c) {
+    auto& eng = Engine();
+    const int n = plan.n;
+    const bool data_grad = !(first_ && plan.tensors[size_t(x)].from_input);
+    const memory::dims w_dims{c.out.c, c.in.c, c.k, c.k}, strides{c.s, c.s}, pad{c.p, c.p};
+    const memory::desc b_d(memory::dims{c.out.c}, dt::f32, tag::x);
+    const memory::desc w_any(w_dims, dt::f32, tag::any);
+    // The activations in the layouts oneDNN picks (channel-blocked); where that leaves a
+    // reference kernel (the 4-channel first layers' weight gradient), NHWC.
+    auto descs = [&](tag act) {
+      const memory::desc src(Dims(n, c.in), dt::f32, act), dst(Dims(n, c.out), dt::f32, act);
+      auto fpd = dnnl::convolution_forward::primitive_desc(
+          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                          src, w_any, b_d, dst, strides, pad, pad),
+          eng);
+      auto bwpd = dnnl::convolution_backward_weights::primitive_desc(
+          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, fpd.src_desc(), w_any, b_d,
+                                                   fpd.dst_desc(), strides, pad, pad),
+          eng, fpd);
+      std::optional<dnnl::convolution_backward_data::primitive_desc> bdpd;
+      if (data_grad) {
+        bdpd = dnnl::convolution_backward_data::primitive_desc(
+            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, fpd.src_desc(), w_any,
+                                                  fpd.dst_desc(), strides, pad, pad),
+            eng, fpd);
+      }
+      const bool ref = IsReference(fpd.impl_info_str()) || IsReference(bwpd.impl_info_str()) ||
+                       (bdpd && IsReference(bdpd->impl_info_str()));
+      return std::make_tuple(fpd, bwpd, bdpd, ref);
+    };
+    auto [fpd, bwpd, bdpd, ref] = descs(tag::any);
+    if (ref) std::tie(fpd, bwpd, bdpd, ref) = descs(tag::nhwc);
+    NoteKernel(plan, fpd.impl_info_str());
+    NoteKernel(plan, bwpd.impl_info_str());
+    if (bdpd) NoteKernel(plan, bdpd->impl_info_str());
+    const int src = InLayout(plan, x, fpd.src_desc());
+    const int y = NewTensor(plan, fpd.dst_desc());
+    Op op;
+    op.kind = OpKind::kConv;
+    op.in = src, op.out = y, op.conv = &c;
+    op.cf = dnnl::convolution_forward(fpd);
+    op.cbw = dnnl::convolution_backward_weights(bwpd);
+    if (bdpd) op.cbd = dnnl::convolution_backward_data(*bdpd);
+    const memory::desc u_w_d(w_dims, dt::f32, tag::oihw);
+    op.u_w = memory(u_w_d, eng, DNNL_MEMORY_NONE);
+    op.u_b = memory(b_d, eng, DNNL_MEMORY_NONE);
+    op.w_f = memory(fpd.weights_desc(), eng);
+    op.to_w_f = dnnl::reorder(op.u_w, op.w_f);
+    if (bdpd) {
+      op.w_d = memory(bdpd->weights_desc(), eng);
+      op.to_w_d = dnnl::reorder(op.u_w, op.w_d);
+    }
+    op.dw_plain.resize(size_t(c.out.c) * c.in.c * c.k * c.k);
+    op.db_plain.resize(size_t(c.out.c));
+    op.dw = memory(bwpd.diff_weights_desc(), eng);
+    op.u_dw = memory(u_w_d, eng, op.dw_plain.data());
+    op.from_dw = dnnl::reorder(op.dw, op.u_dw);
+    op.db = memory(bwpd.diff_bias_desc(), eng, op.db_plain.data());
+    plan.ops.push_back(std::move(op));
+    return y;
+  }
+
+  int AddRelu(Plan& plan, int x) {
+    auto& eng = Engine();
+    const memory::desc d = plan.tensors[size_t(x)].d;
+    auto fpd = dnnl::eltwise_forward::primitive_desc(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, d, 0.f), eng);
+    auto bpd = dnnl::eltwise_backward::primitive_desc(
+        dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_relu, d, d, 0.f), eng, fpd);
+    NoteKernel(plan, fpd.impl_info_str());
+    NoteKernel(plan, bpd.impl_info_str());
+    const int y = NewTensor(plan, fpd.dst_desc());
+    Op op;
+    op.kind = OpKind::kRelu;
+    op.in = x, op.out = y;
+    op.ef = dnnl::eltwise_forward(fpd);
+    op.eb = dnnl::eltwise_backward(bpd);
+    plan.ops.push_back(std::move(op));
+    return y;
+  }
+
+  int AddPool(Plan& plan, int x, const Stage& st) {
+    auto& eng = Engine();
+    const memory::desc d = plan.tensors[size_t(x)].d;
+    const memory::dims strides{st.s, st.s}, kernel{st.k, st.k}, pad{st.p, st.p};
+    // "any": the output in the input's layout.
+    const memory::desc dst(Dims(plan.n, st.out), dt::f32, tag::any);
+    auto fpd = dnnl::pooling_forward::primitive_desc(
+        dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, d, dst, strides,
+                                    kernel, pad, pad),
+        eng);
+    auto bpd = dnnl::pooling_backward::primitive_desc(
+        dnnl::pooling_backward::desc(dnnl::algorithm::pooling_max, d, fpd.dst_desc(), strides, kernel, pad, pad), eng,
+        fpd);
+    NoteKernel(plan, fpd.impl_info_str());
+    NoteKernel(plan, bpd.impl_info_str());
+    const int y = NewTensor(plan, fpd.dst_desc());
+    Op op;
+    op.kind = OpKind::kPool;
+    op.in = x, op.out = y;
+    op.pf = dnnl::pooling_forward(fpd);
+    op.pb = dnnl::pooling_backward(bpd);
+    op.ws = memory(fpd.workspace_desc(), eng);
+    plan.ops.push_back(std::move(op));
+    return y;
+  }
+
+  // out = x + h, in x's layout.
+  int AddSum(Plan& plan, int x, int h) {
+    h = InLayout(plan, h, plan.tensors[size_t(x)].d);
+    const int y = NewTensor(plan, plan.tensors[size_t(x)].d);
+    Op op;
+    op.kind = OpKind::kAdd;
+    op.in = x, op.in2 = h, op.out = y;
+    plan.ops.push_back(std::move(op));
+    return y;
+  }
+
+  Plan& For(int n) {
+    const int threads = onednn::WantedThreads();
+    for (auto& p : plans_) {
+      if (p->n == n && p->threads == threads) return *p;
+    }
+    auto plan = std::make_unique<Plan>();
+    plan->n = n, plan->threads = threads;
+    // The run's input as the caller holds it (NCHW).
+    int x = NewTensor(*plan, memory::desc(Dims(n, in_), dt::f32, tag::nchw), /*user=*/true);
+    plan->tensors[size_t(x)].from_input = true;
+    for (const Stage& st : stages_) {
+      switch (st.kind) {
+        case Stage::Kind::kConv:
+          x = AddConv(*plan, x, st.conv);
+          break;
+        case Stage::Kind::kRelu:
+          x = AddRelu(*plan, x);
+          break;
+        case Stage::Kind::kPool:
+          x = AddPool(*plan, x, st);
+          break;
+        case Stage::Kind::kResidual: {
+          const int a0 = AddRelu(*plan, x);
+          const int h0 = AddConv(*plan, a0, st.conv);
+          const int a1 = AddRelu(*plan, h0);
+          const int h1 = AddConv(*plan, a1, st.conv1);
+          x = AddSum(*plan, x, h1);
+          break;
+        }
+      }
+    }
+    // The run's output as the caller holds it (NCHW): the last op writes it, or a reorder
+    // to it.
+    const memory::desc out_d(Dims(n, out_), dt::f32, tag::nchw);
+    Tensor& last = plan->tensors[size_t(x)];
+    if (last.d == out_d && x != 0) {
+      last.val = memory(out_d, Engine(), DNNL_MEMORY_NONE);
+      last.diff = memory(out_d, Engine(), DNNL_MEMORY_NONE);
+    } else {
+      const int y = NewTensor(*plan, out_d, /*user=*/true);
+      Op op;
+      op.kind = OpKind::kReorder;
+      op.in = x, op.out = y;
+      op.fwd_reorder = dnnl::reorder(plan->tensors[size_t(x)].val, plan->tensors[size_t(y)].val);
+      op.bwd_reorder = dnnl::reorder(plan->tensors[size_t(y)].diff, plan->tensors[size_t(x)].diff);
+      plan->ops.push_back(std::move(op));
+    }
+    // An actor's batch size and a learner's (or two) are all a process sees; a few kept.
+    if (plans_.size() >= 4) {
+      if (last_ == plans_.front().get()) last_ = nullptr;
+      plans_.pop_front();
+    }
+    plans_.push_back(std::move(plan));
+    return *plans_.back();
+  }
+
+  // ---- running ----------------------------------------------------------------------
+
+  void RunForward(Plan& plan, Op& op, const float* p) {
+    auto& T = plan.tensors;
+    switch (op.kind) {
+      case OpKind::kReorder:
+        op.fwd_reorder.execute(stream_, T[size_t(op.in)].val, T[size_t(op.out)].val);
+        break;
+      case OpKind::kConv:
+        op.u_w.set_data_handle(const_cast<float*>(p + op.conv->w));
+        op.u_b.set_data_handle(const_cast<float*>(p + op.conv->b));
+        op.to_w_f.execute(stream_, op.u_w, op.w_f);
+        op.cf.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val},
+                                {DNNL_ARG_WEIGHTS, op.w_f},
+                                {DNNL_ARG_BIAS, op.u_b},
+                                {DNNL_ARG_DST, T[size_t(op.out)].val}});
+        break;
+      case OpKind::kRelu:
+        op.ef.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val}, {DNNL_ARG_DST, T[size_t(op.out)].val}});
+        break;
+      case OpKind::kPool:
+        op.pf.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val},
+                                {DNNL_ARG_DST, T[size_t(op.out)].val},
+                                {DNNL_ARG_WORKSPACE, op.ws}});
+        break;
+      case OpKind::kAdd: {
+        stream_.wait();
+        const float* a = Data(T[size_t(op.in)].val);
+        const float* b = Data(T[size_t(op.in2)].val);
+        float* y = Data(T[size_t(op.out)].val);
+        const size_t m = Floats(T[size_t(op.out)].val);
+        for (size_t i = 0; i < m; ++i) y[i] = a[i] + b[i];
+        break;
+      }
+    }
+  }
+
+  // The memory an op writes input t's gradient to: t's own where nothing has set it yet,
+  // else the op's partial (added to t's after the op ran).
+  memory& GradTarget(Plan& plan, Op& op, int t) {
+    Tensor& x = plan.tensors[size_t(t)];
+    if (!x.diff_set) return x.diff;
+    if (!op.partial) op.partial = memory(x.d, Engine());
+    return *op.partial;
+  }
+  void GradDone(Plan& plan, Op& op, int t) {
+    Tensor& x = plan.tensors[size_t(t)];
+    if (!x.diff_set) {
+      x.diff_set = true;
+      return;
+    }
+    stream_.wait();
+    float* d = Data(x.diff);
+    const float* s = Data(*op.partial);
+    const size_t m = Floats(x.diff);
+    for (size_t i = 0; i < m; ++i) d[i] += s[i];
+  }
+
+  void RunBackward(Plan& plan, Op& op, const float* p, float* grad, bool want_din) {
+    auto& T = plan.tensors;
+    const bool need_in = want_din || !T[size_t(op.in)].from_input;
+    switch (op.kind) {
+      case OpKind::kReorder:
+        if (!need_in) return;
+        op.bwd_reorder.execute(stream_, T[size_t(op.out)].diff, GradTarget(plan, op, op.in));
+        GradDone(plan, op, op.in);
+        break;
+      case OpKind::kConv: {
+        op.cbw.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val},
+                                 {DNNL_ARG_DIFF_DST, T[size_t(op.out)].diff},
+                                 {DNNL_ARG_DIFF_WEIGHTS, op.dw},
+                                 {DNNL_ARG_DIFF_BIAS, op.db}});
+        op.from_dw.execute(stream_, op.dw, op.u_dw);
+        if (need_in) {
+          if (!op.cbd) throw std::logic_error("a oneDNN layer run's convolution has no data gradient");
+          op.u_w.set_data_handle(const_cast<float*>(p + op.conv->w));
+          op.to_w_d.execute(stream_, op.u_w, op.w_d);
+          op.cbd->execute(stream_, {{DNNL_ARG_DIFF_DST, T[size_t(op.out)].diff},
+                                    {DNNL_ARG_WEIGHTS, op.w_d},
+                                    {DNNL_ARG_DIFF_SRC, GradTarget(plan, op, op.in)}});
+          GradDone(plan, op, op.in);
+        }
+        stream_.wait();
+        float* gw = grad + op.conv->w;
+        for (size_t i = 0; i < op.dw_plain.size(); ++i) gw[i] += op.dw_plain[i];
+        float* gb = grad + op.conv->b;
+        for (size_t i = 0; i < op.db_plain.size(); ++i) gb[i] += op.db_plain[i];
+        break;
+      }
+      case OpKind::kRelu:
+        if (!need_in) return;
+        op.eb.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val},
+                                {DNNL_ARG_DIFF_DST, T[size_t(op.out)].diff},
+                                {DNNL_ARG_DIFF_SRC, GradTarget(plan, op, op.in)}});
+        GradDone(plan, op, op.in);
+        break;
+      case OpKind::kPool:
+        if (!need_in) return;
+        op.pb.execute(stream_, {{DNNL_ARG_DIFF_DST, T[size_t(op.out)].diff},
+                                {DNNL_ARG_WORKSPACE, op.ws},
+                                {DNNL_ARG_DIFF_SRC, GradTarget(plan, op, op.in)}});
+        GradDone(plan, op, op.in);
+        break;
+      case OpKind::kAdd: {
+        // Both summands get the output's gradient: the second shares its buffer (nothing
+        // else writes it), the first gets a copy (its other consumer adds to it later).
+        Tensor& h = T[size_t(op.in2)];
+        h.diff.set_data_handle(T[size_t(op.out)].diff.get_data_handle());
+        h.diff_set = true;
+        if (!need_in) return;
+        stream_.wait();
+        memory& target = GradTarget(plan, op, op.in);
+        std::memcpy(Data(target), Data(T[size_t(op.out)].diff), sizeof(float) * Floats(target));
+        GradDone(plan, op, op.in);
+        break;
+      }
+    }
+  }
+
+  std::vector<Stage> stages_;
+  ImageShape in_, out_;
+  bool first_;
+  dnnl::stream stream_{Engine()};
+  std::deque<std::unique_ptr<Plan>> plans_;
+  Plan* last_ = nullptr;             // the last Forward's
+  const float* last_in_ = nullptr;   // and its input
+  std::vector<float> scratch_out_;
+};
+
+}  // namespace
+
+base::StatusOr<std::unique_ptr<Layer<float>>> MakeOneDnnStack(const Torso& torso, const std::vector<LayerIo>& io,
+                                                              size_t begin, size_t end, ParamLayout* layout) {
+  if (begin >= end || end > torso.layers.size() || io.size() < end) {
+    return base::InvalidArgument("a oneDNN layer run needs layers [begin, end) of the torso");
+  }
+  std::vector<Stage> stages;
+  for (size_t i = begin; i < end; ++i) {
+    const LayerSpec& l = torso.layers[i];
+    const LayerIo& x = io[i];
+    if (!StackableOnOneDnn(l.kind) || !x.in_image || !x.out_image) {
+      return base::InvalidArgument(std::string("a oneDNN layer run cannot hold ") + KindName(l.kind) + " (" + l.where +
+                                   ")");
+    }
+    Stage st;
+    st.in = x.in, st.out = x.out;
+    switch (l.kind) {
+      case LayerSpec::Kind::kConv:
+        st.kind = Stage::Kind::kConv;
+        st.conv = ConvSpec{x.in, x.out, l.kernel, l.stride, l.pad};
+        break;
+      case LayerSpec::Kind::kRelu:
+        st.kind = Stage::Kind::kRelu;
+        break;
+      case LayerSpec::Kind::kMaxPool:
+        st.kind = Stage::Kind::kPool;
+        st.k = l.kernel, st.s = l.stride, st.p = l.pad;
+        break;
+      case LayerSpec::Kind::kResidual:
+        st.kind = Stage::Kind::kResidual;
+        st.conv = ConvSpec{x.in, x.in, 3, 1, 1};
+        st.conv1 = st.conv;
+        break;
+      default:
+        break;
+    }
+    stages.push_back(st);
+  }
+  onednn::ApplyThreads();
+  auto stack = std::make_unique<Stack>(std::move(stages), io[begin].in, io[end - 1].out, begin == 0);
+  // An actor's batch of 16 tells whether every layer has a real kernel here.
+  RETURN_IF_ERROR(stack->Probe(16));
+  // The parameters, as MakeConv and MakeResidual register them.
+  size_t i = begin;
+  for (Stage& st : stack->stages()) {
+    const std::string& name = torso.layers[i++].name;
+    auto add = [&](ConvSpec& c, const std::string& prefix) {
+      c.w = layout->Add(prefix + "/w", {c.out.c, c.in.c, c.k, c.k});
+      c.b = layout->Add(prefix + "/b", {c.out.c});
+    };
+    if (st.kind == Stage::Kind::kConv) add(st.conv, name);
+    if (st.kind == Stage::Kind::kResidual) {
+      add(st.conv, name + "/conv0");
+      add(st.conv1, name + "/conv1");
+    }
+  }
+  return std::unique_ptr<Layer<float>>(std::move(stack));
+}
+
+}  // namespace stampede::net
+
+#else  // no oneDNN in this build
+
+namespace stampede::net {
+
+base::StatusOr<std::unique_ptr<Layer<float>>> MakeOneDnnStack(const Torso&, const std::vector<LayerIo>&, size_t,
+                                                              size_t, ParamLayout*) {
+  return base::Unavailable("this build has no oneDNN (libdnnl-dev was not found when it was configured)");
+}
+
+}  // namespace stampede::net
+
+#endif
