@@ -23,7 +23,10 @@ bool StackableOnOneDnn(LayerSpec::Kind kind) {
 #ifdef STAMPEDE_HAVE_ONEDNN
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <deque>
 #include <optional>
 #include <stdexcept>
@@ -39,6 +42,7 @@ using tag = memory::format_tag;
 using dt = memory::data_type;
 using onednn::Engine;
 using onednn::IsReference;
+using Clock = std::chrono::steady_clock;
 
 // A layer of the run as built from its spec: what a plan for a batch size needs.
 struct ConvSpec {
@@ -76,6 +80,11 @@ class Stack : public Layer<float> {
     return f;
   }
   std::vector<Stage>& stages() { return stages_; }
+  // From now on, each op's milliseconds are added to its layer's in `times` (null: none).
+  void SetTimes(OneDnnRunTimes* times) {
+    times_ = times;
+    if (times_) times_->forward.assign(stages_.size(), 0.0), times_->backward.assign(stages_.size(), 0.0);
+  }
 
   // Builds the plan for a batch of n (an error where a kernel is oneDNN's reference one).
   base::Status Probe(int n) {
@@ -90,14 +99,25 @@ class Stack : public Layer<float> {
     return base::OkStatus();
   }
 
+  // The batch runs in chunks of samples, each through every layer while its activations
+  // are in cache (a chunk's largest activation about 1 MB); each chunk's activations are
+  // kept for Backward, which runs the chunks again in reverse, and the weights'
+  // gradients add up over the chunks.
   void Forward(const float* p, const float* in, int n, float* out) override {
     onednn::ApplyThreads();
-    Plan& plan = For(n);
-    plan.tensors.front().val.set_data_handle(const_cast<float*>(in));
-    plan.tensors.back().val.set_data_handle(out);
-    for (Op& op : plan.ops) RunForward(plan, op, p);
-    stream_.wait();
-    last_ = &plan, last_in_ = in;
+    ForEachChunk(n, [&](Plan& plan, int j, int s0, bool first_chunk) {
+      Bind(plan, j, in + int64_t(s0) * in_.size(), out + int64_t(s0) * out_.size(), nullptr, nullptr);
+      for (Op& op : plan.ops) {
+        const auto t0 = times_ ? Clock::now() : Clock::time_point{};
+        RunForward(plan, op, p, first_chunk);
+        if (times_) {
+          stream_.wait();
+          times_->forward[size_t(op.stage)] += 1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
+        }
+      }
+      stream_.wait();
+    });
+    last_n_ = n, last_in_ = in;
   }
 
   void Backward(const float* p, const float* in, const float*, const float* dout, int n, float* din,
@@ -105,31 +125,57 @@ class Stack : public Layer<float> {
     if (din != nullptr && first_) {
       throw std::logic_error("a oneDNN layer run at the torso's start computes no input gradient");
     }
-    if (last_ == nullptr || last_->n != n || last_in_ != in) {
+    if (last_n_ != n || last_in_ != in) {
       scratch_out_.resize(size_t(n) * out_.size());
       Forward(p, in, n, scratch_out_.data());
     }
     onednn::ApplyThreads();
-    Plan& plan = *last_;
-    plan.tensors.front().val.set_data_handle(const_cast<float*>(in));
-    plan.tensors.back().diff.set_data_handle(const_cast<float*>(dout));
-    if (din != nullptr) plan.tensors.front().diff.set_data_handle(din);
-    for (Tensor& t : plan.tensors) t.diff_set = false;
-    plan.tensors.back().diff_set = true;
-    for (size_t i = plan.ops.size(); i-- > 0;) RunBackward(plan, plan.ops[i], p, grad, din != nullptr);
-    stream_.wait();
+    ForEachChunk(n, [&](Plan& plan, int j, int s0, bool first_chunk) {
+      Bind(plan, j, in + int64_t(s0) * in_.size(), nullptr, din ? din + int64_t(s0) * in_.size() : nullptr,
+           dout + int64_t(s0) * out_.size());
+      for (Tensor& t : plan.tensors) t.diff_set = false;
+      plan.tensors.back().diff_set = true;
+      for (size_t i = plan.ops.size(); i-- > 0;) {
+        const auto t0 = times_ ? Clock::now() : Clock::time_point{};
+        RunBackward(plan, plan.ops[i], p, grad, din != nullptr, first_chunk);
+        if (times_) {
+          stream_.wait();
+          times_->backward[size_t(plan.ops[i].stage)] +=
+              1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
+        }
+      }
+      stream_.wait();
+    });
   }
 
  private:
+  // Bytes held 64-byte aligned (oneDNN's kernels load whole cache lines).
+  struct Store {
+    std::unique_ptr<std::byte, decltype(&std::free)> p{nullptr, &std::free};
+    size_t stride = 0;  // bytes a chunk, rounded up to 64
+    int chunks = 0;
+    void Hold(size_t bytes, int count) {
+      const size_t want = (bytes + 63) / 64 * 64;
+      if (want == stride && count <= chunks) return;
+      p.reset(static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(64, want * size_t(count)))));
+      if (!p) throw std::bad_alloc();
+      stride = want, chunks = count;
+    }
+    void* At(int j) const { return p.get() + stride * size_t(j); }
+  };
   struct Tensor {
     memory::desc d;
-    memory val, diff;  // the user's at both ends (handles set per call)
+    memory val, diff;  // handles set per chunk: the user's at both ends, else the stores'
+    Store vals;        // a value per chunk (Backward reads them)
+    Store diffs;       // one chunk's gradient (used within a chunk)
+    bool user = false;
     bool diff_set = false;
     bool from_input = false;  // the run's input, or a copy of it (no gradient without din)
   };
   enum class OpKind { kReorder, kConv, kRelu, kPool, kAdd };
   struct Op {
     OpKind kind = OpKind::kReorder;
+    int stage = 0;  // the layer it is part of (a reorder: the layer that needed it)
     int in = -1, in2 = -1, out = -1;
     dnnl::reorder fwd_reorder, bwd_reorder;
     // kConv
@@ -147,11 +193,12 @@ class Stack : public Layer<float> {
     dnnl::pooling_forward pf;
     dnnl::pooling_backward pb;
     memory ws;
+    Store ws_store;  // the pooling's winners, per chunk
     // A gradient for an input whose gradient another op has set already, added after.
     std::optional<memory> partial;
   };
   struct Plan {
-    int n = 0, threads = 1;
+    int n = 0, threads = 1;  // samples a chunk; OpenMP threads its primitives were made for
     std::deque<Tensor> tensors;  // [0]: the run's input; back(): its output
     std::vector<Op> ops;
     std::string references;      // the reference kernels among the ops' ("" if none)
@@ -159,12 +206,18 @@ class Stack : public Layer<float> {
 
   // ---- building a plan ---------------------------------------------------------------
 
+  void Push(Plan& plan, Op op) {
+    op.stage = building_stage_;
+    plan.ops.push_back(std::move(op));
+  }
+
   int NewTensor(Plan& plan, const memory::desc& d, bool user = false) {
     auto& eng = Engine();
     Tensor t;
     t.d = d;
-    t.val = user ? memory(d, eng, DNNL_MEMORY_NONE) : memory(d, eng);
-    t.diff = user ? memory(d, eng, DNNL_MEMORY_NONE) : memory(d, eng);
+    t.user = user;
+    t.val = memory(d, eng, DNNL_MEMORY_NONE);
+    t.diff = memory(d, eng, DNNL_MEMORY_NONE);
     plan.tensors.push_back(std::move(t));
     return int(plan.tensors.size()) - 1;
   }
@@ -181,7 +234,7 @@ class Stack : public Layer<float> {
     op.in = x, op.out = y;
     op.fwd_reorder = dnnl::reorder(plan.tensors[size_t(x)].val, plan.tensors[size_t(y)].val);
     op.bwd_reorder = dnnl::reorder(plan.tensors[size_t(y)].diff, plan.tensors[size_t(x)].diff);
-    plan.ops.push_back(std::move(op));
+    Push(plan, std::move(op));
     return y;
   }
 
@@ -243,7 +296,7 @@ class Stack : public Layer<float> {
     op.u_dw = memory(u_w_d, eng, op.dw_plain.data());
     op.from_dw = dnnl::reorder(op.dw, op.u_dw);
     op.db = memory(bwpd.diff_bias_desc(), eng, op.db_plain.data());
-    plan.ops.push_back(std::move(op));
+    Push(plan, std::move(op));
     return y;
   }
 
@@ -262,7 +315,7 @@ class Stack : public Layer<float> {
     op.in = x, op.out = y;
     op.ef = dnnl::eltwise_forward(fpd);
     op.eb = dnnl::eltwise_backward(bpd);
-    plan.ops.push_back(std::move(op));
+    Push(plan, std::move(op));
     return y;
   }
 
@@ -287,8 +340,8 @@ class Stack : public Layer<float> {
     op.in = x, op.out = y;
     op.pf = dnnl::pooling_forward(fpd);
     op.pb = dnnl::pooling_backward(bpd);
-    op.ws = memory(fpd.workspace_desc(), eng);
-    plan.ops.push_back(std::move(op));
+    op.ws = memory(fpd.workspace_desc(), eng, DNNL_MEMORY_NONE);
+    Push(plan, std::move(op));
     return y;
   }
 
@@ -299,11 +352,11 @@ class Stack : public Layer<float> {
     Op op;
     op.kind = OpKind::kAdd;
     op.in = x, op.in2 = h, op.out = y;
-    plan.ops.push_back(std::move(op));
+    Push(plan, std::move(op));
     return y;
   }
 
-  Plan& For(int n) {
+  Plan& For(int n, const Plan* keep = nullptr) {
     const int threads = onednn::WantedThreads();
     for (auto& p : plans_) {
       if (p->n == n && p->threads == threads) return *p;
@@ -313,6 +366,7 @@ class Stack : public Layer<float> {
     // The run's input as the caller holds it (NCHW).
     int x = NewTensor(*plan, memory::desc(Dims(n, in_), dt::f32, tag::nchw), /*user=*/true);
     plan->tensors[size_t(x)].from_input = true;
+    building_stage_ = 0;
     for (const Stage& st : stages_) {
       switch (st.kind) {
         case Stage::Kind::kConv:
@@ -333,14 +387,15 @@ class Stack : public Layer<float> {
           break;
         }
       }
+      ++building_stage_;
     }
+    building_stage_ = int(stages_.size()) - 1;
     // The run's output as the caller holds it (NCHW): the last op writes it, or a reorder
     // to it.
     const memory::desc out_d(Dims(n, out_), dt::f32, tag::nchw);
     Tensor& last = plan->tensors[size_t(x)];
     if (last.d == out_d && x != 0) {
-      last.val = memory(out_d, Engine(), DNNL_MEMORY_NONE);
-      last.diff = memory(out_d, Engine(), DNNL_MEMORY_NONE);
+      last.user = true;
     } else {
       const int y = NewTensor(*plan, out_d, /*user=*/true);
       Op op;
@@ -348,12 +403,15 @@ class Stack : public Layer<float> {
       op.in = x, op.out = y;
       op.fwd_reorder = dnnl::reorder(plan->tensors[size_t(x)].val, plan->tensors[size_t(y)].val);
       op.bwd_reorder = dnnl::reorder(plan->tensors[size_t(y)].diff, plan->tensors[size_t(x)].diff);
-      plan->ops.push_back(std::move(op));
+      Push(*plan, std::move(op));
     }
-    // An actor's batch size and a learner's (or two) are all a process sees; a few kept.
-    if (plans_.size() >= 4) {
-      if (last_ == plans_.front().get()) last_ = nullptr;
-      plans_.pop_front();
+    // An actor's chunk sizes and a learner's are all a process sees; a few kept (not
+    // `keep`, which the caller holds).
+    if (plans_.size() >= 6) {
+      auto victim = plans_.begin();
+      if (victim->get() == keep) ++victim;
+      plans_.erase(victim);
+      last_n_ = -1;  // its chunks' activations may be gone
     }
     plans_.push_back(std::move(plan));
     return *plans_.back();
@@ -361,16 +419,65 @@ class Stack : public Layer<float> {
 
   // ---- running ----------------------------------------------------------------------
 
-  void RunForward(Plan& plan, Op& op, const float* p) {
+  // The samples a chunk: its largest activation about 1 MB (2^18 floats), times the
+  // OpenMP threads.
+  int ChunkSamples() const {
+    int64_t largest = in_.size();
+    for (const Stage& st : stages_) largest = std::max<int64_t>(largest, st.out.size());
+    return int(std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, largest))) * onednn::WantedThreads();
+  }
+  // f(plan, chunk index in that plan, first sample, first chunk of that plan in this call)
+  // for each chunk of n samples: the full chunks on one plan, the rest on another.
+  template <class F>
+  void ForEachChunk(int n, F&& f) {
+    const int m = std::min(n, ChunkSamples()), full = n / m, rest = n % m;
+    Plan& a = For(m);
+    Plan* b = rest > 0 ? &For(rest, &a) : nullptr;
+    Hold(a, full);
+    if (b) Hold(*b, 1);
+    for (int j = 0; j < full; ++j) f(a, j, j * m, j == 0);
+    if (b) f(*b, 0, full * m, true);
+  }
+  void Hold(Plan& plan, int chunks) {
+    for (Tensor& t : plan.tensors) {
+      if (t.user) continue;
+      t.vals.Hold(t.d.get_size(), chunks);
+      t.diffs.Hold(t.d.get_size(), 1);
+    }
+    for (Op& op : plan.ops) {
+      if (op.kind == OpKind::kPool) op.ws_store.Hold(op.ws.get_desc().get_size(), chunks);
+    }
+  }
+  // Every memory's handle for chunk j: the caller's buffers at both ends (null: not used
+  // in this pass), the stores' elsewhere.
+  void Bind(Plan& plan, int j, const float* in, float* out, float* din, const float* dout) {
+    for (Tensor& t : plan.tensors) {
+      if (t.user) continue;
+      t.val.set_data_handle(t.vals.At(j));
+      t.diff.set_data_handle(t.diffs.At(0));
+    }
+    Tensor &first = plan.tensors.front(), &last = plan.tensors.back();
+    first.val.set_data_handle(const_cast<float*>(in));
+    if (din) first.diff.set_data_handle(din);
+    if (out) last.val.set_data_handle(out);
+    if (dout) last.diff.set_data_handle(const_cast<float*>(dout));
+    for (Op& op : plan.ops) {
+      if (op.kind == OpKind::kPool) op.ws.set_data_handle(op.ws_store.At(j));
+    }
+  }
+
+  void RunForward(Plan& plan, Op& op, const float* p, bool first_chunk) {
     auto& T = plan.tensors;
     switch (op.kind) {
       case OpKind::kReorder:
         op.fwd_reorder.execute(stream_, T[size_t(op.in)].val, T[size_t(op.out)].val);
         break;
       case OpKind::kConv:
-        op.u_w.set_data_handle(const_cast<float*>(p + op.conv->w));
-        op.u_b.set_data_handle(const_cast<float*>(p + op.conv->b));
-        op.to_w_f.execute(stream_, op.u_w, op.w_f);
+        if (first_chunk) {  // the weights in the kernel's layout, once a call
+          op.u_w.set_data_handle(const_cast<float*>(p + op.conv->w));
+          op.u_b.set_data_handle(const_cast<float*>(p + op.conv->b));
+          op.to_w_f.execute(stream_, op.u_w, op.w_f);
+        }
         op.cf.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val},
                                 {DNNL_ARG_WEIGHTS, op.w_f},
                                 {DNNL_ARG_BIAS, op.u_b},
@@ -417,7 +524,7 @@ class Stack : public Layer<float> {
     for (size_t i = 0; i < m; ++i) d[i] += s[i];
   }
 
-  void RunBackward(Plan& plan, Op& op, const float* p, float* grad, bool want_din) {
+  void RunBackward(Plan& plan, Op& op, const float* p, float* grad, bool want_din, bool first_chunk) {
     auto& T = plan.tensors;
     const bool need_in = want_din || !T[size_t(op.in)].from_input;
     switch (op.kind) {
@@ -434,8 +541,10 @@ class Stack : public Layer<float> {
         op.from_dw.execute(stream_, op.dw, op.u_dw);
         if (need_in) {
           if (!op.cbd) throw std::logic_error("a oneDNN layer run's convolution has no data gradient");
-          op.u_w.set_data_handle(const_cast<float*>(p + op.conv->w));
-          op.to_w_d.execute(stream_, op.u_w, op.w_d);
+          if (first_chunk) {
+            op.u_w.set_data_handle(const_cast<float*>(p + op.conv->w));
+            op.to_w_d.execute(stream_, op.u_w, op.w_d);
+          }
           op.cbd->execute(stream_, {{DNNL_ARG_DIFF_DST, T[size_t(op.out)].diff},
                                     {DNNL_ARG_WEIGHTS, op.w_d},
                                     {DNNL_ARG_DIFF_SRC, GradTarget(plan, op, op.in)}});
@@ -483,15 +592,18 @@ class Stack : public Layer<float> {
   bool first_;
   dnnl::stream stream_{Engine()};
   std::deque<std::unique_ptr<Plan>> plans_;
-  Plan* last_ = nullptr;             // the last Forward's
+  int last_n_ = -1;                  // the last Forward's batch
   const float* last_in_ = nullptr;   // and its input
   std::vector<float> scratch_out_;
+  int building_stage_ = 0;
+  OneDnnRunTimes* times_ = nullptr;
 };
 
 }  // namespace
 
-base::StatusOr<std::unique_ptr<Layer<float>>> MakeOneDnnStack(const Torso& torso, const std::vector<LayerIo>& io,
-                                                              size_t begin, size_t end, ParamLayout* layout) {
+namespace {
+base::StatusOr<std::unique_ptr<Stack>> MakeStack(const Torso& torso, const std::vector<LayerIo>& io, size_t begin,
+                                                 size_t end, ParamLayout* layout) {
   if (begin >= end || end > torso.layers.size() || io.size() < end) {
     return base::InvalidArgument("a oneDNN layer run needs layers [begin, end) of the torso");
   }
@@ -545,7 +657,38 @@ base::StatusOr<std::unique_ptr<Layer<float>>> MakeOneDnnStack(const Torso& torso
       add(st.conv1, name + "/conv1");
     }
   }
+  return stack;
+}
+}  // namespace
+
+base::StatusOr<std::unique_ptr<Layer<float>>> MakeOneDnnStack(const Torso& torso, const std::vector<LayerIo>& io,
+                                                              size_t begin, size_t end, ParamLayout* layout) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Stack> stack, MakeStack(torso, io, begin, end, layout));
   return std::unique_ptr<Layer<float>>(std::move(stack));
+}
+
+base::StatusOr<OneDnnRunTimes> TimeOneDnnStack(const Torso& torso, const std::vector<LayerIo>& io, size_t end,
+                                               const float* params, const float* in, const float* dout, int n,
+                                               double seconds) {
+  ParamLayout layout;
+  ASSIGN_OR_RETURN(std::unique_ptr<Stack> stack, MakeStack(torso, io, 0, end, &layout));
+  std::vector<float> out(size_t(n) * stack->out_size()), grad(size_t(layout.total_size()), 0.f);
+  auto pass = [&] {
+    stack->Forward(params, in, n, out.data());
+    stack->Backward(params, in, out.data(), dout, n, nullptr, grad.data());
+  };
+  pass();  // untimed: the plan
+  OneDnnRunTimes times;
+  stack->SetTimes(&times);
+  const auto start = Clock::now();
+  do {
+    pass();
+    ++times.passes;
+  } while (std::chrono::duration<double>(Clock::now() - start).count() < seconds || times.passes < 3);
+  stack->SetTimes(nullptr);
+  for (double& t : times.forward) t /= times.passes;
+  for (double& t : times.backward) t /= times.passes;
+  return times;
 }
 
 }  // namespace stampede::net
@@ -556,6 +699,10 @@ namespace stampede::net {
 
 base::StatusOr<std::unique_ptr<Layer<float>>> MakeOneDnnStack(const Torso&, const std::vector<LayerIo>&, size_t,
                                                               size_t, ParamLayout*) {
+  return base::Unavailable("this build has no oneDNN (libdnnl-dev was not found when it was configured)");
+}
+base::StatusOr<OneDnnRunTimes> TimeOneDnnStack(const Torso&, const std::vector<LayerIo>&, size_t, const float*,
+                                               const float*, const float*, int, double) {
   return base::Unavailable("this build has no oneDNN (libdnnl-dev was not found when it was configured)");
 }
 

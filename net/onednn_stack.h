@@ -33,4 +33,17 @@ bool StackableOnOneDnn(LayerSpec::Kind kind);
 base::StatusOr<std::unique_ptr<Layer<float>>> MakeOneDnnStack(const Torso& torso, const std::vector<LayerIo>& io,
                                                               size_t begin, size_t end, ParamLayout* layout);
 
+// The run of torso.layers[0, end) timed (`stampede bench --networks`): each layer's
+// milliseconds a pass forward and backward inside the run (a reorder counted in the layer
+// that needed it; every op waited for), over at least `seconds` and 3 passes after an
+// untimed one, on n samples of `in` with output gradient `dout`. params: the torso's
+// parameters (the run's come first).
+struct OneDnnRunTimes {
+  std::vector<double> forward, backward;  // per layer of the run
+  int passes = 0;
+};
+base::StatusOr<OneDnnRunTimes> TimeOneDnnStack(const Torso& torso, const std::vector<LayerIo>& io, size_t end,
+                                               const float* params, const float* in, const float* dout, int n,
+                                               double seconds);
+
 }  // namespace stampede::net
