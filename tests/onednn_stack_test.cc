@@ -224,7 +224,7 @@ TEST_CASE("oneDNN layer runs: the deep ResNet's image layers (pooling, residual 
   CheckChunks(torso, spec.obs_shape, end, 30, {12, 12, 6});
 }
 
-TEST_CASE("oneDNN layer runs: a run after the torso's start gives the input's gradient; odd sizes and padding", "[net]") {
+TEST_CASE("oneDNN layer runs: a run after the torso's start gives the input's gradient, with odd sizes and padding", "[net]") {
   RequireOneDnn();
   const net::Torso torso = net::CustomTorso(
       {Conv("c0", 8, 3, 1, 1), Of(LayerSpec::Kind::kMaxPool, "", 3, 2, 1), Of(LayerSpec::Kind::kResidual, "r0"),
