@@ -100,6 +100,22 @@ int RunMinAtarBench(const BenchOptions& opt) {
 }
 
 namespace {
+// numpy's single-thread float32 512^3 matrix product in the project's venv
+// (tools/numpy_gemm.py), GFLOP/s; 0 where the venv or numpy is missing.
+double NumpyGemmGflops(double seconds) {
+  const std::string python = envs::PythonVenvPath("") + "/bin/python";
+  if (::access(python.c_str(), X_OK) != 0) return 0;
+  char args[64];
+  std::snprintf(args, sizeof args, " %.2f 5 2>/dev/null", seconds);
+  const std::string cmd = python + " " STAMPEDE_SOURCE_DIR "/tools/numpy_gemm.py" + args;
+  double gflops = 0;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    if (std::fscanf(p, "%lf", &gflops) != 1) gflops = 0;
+    pclose(p);
+  }
+  return gflops;
+}
+
 // `--copies N`: the bench's processes start each timed part together and average its
 // figure. The state lives in a shared anonymous mapping made before the fork; a process
 // that does not arrive within a minute (it failed before the part) ends the wait with an
@@ -393,6 +409,16 @@ int RunBench(const BenchOptions& opt) {
                 B, T, net::TorsoName(core->net_spec()).c_str(), (long long)model->layout().total_size(), sps,
                 sps * frames_per_step, sps * flops / 1e9, gemm.c_str(), peak, copies.Note().c_str());
     learner_fps = sps * frames_per_step;
+    // The issue-48 yardstick: numpy's single-thread 512^3 sgemm from the project's venv (its
+    // own BLAS), beside which the step's GFLOP/s reads as a share.
+    if (opt.copies <= 1) {
+      const double np_gflops = NumpyGemmGflops(std::max(0.2, opt.seconds / 6));
+      if (np_gflops > 0) {
+        std::printf("  numpy's single-thread 512^3 sgemm (the venv's BLAS, one thread): %.1f GFLOP/s; the learner step "
+                    "at %.0f%% of it\n",
+                    np_gflops, 100 * sps * flops / 1e9 / np_gflops);
+      }
+    }
     // learner.threads other than 1: the same step on the threads the learner takes while
     // it bounds the fleet (auto: the cores shared among the learners).
     const int setting = cfg.learner().threads();

@@ -384,6 +384,27 @@ TEST_CASE("fleet: `stampede bench --copies 2` times the parts in two processes a
       CHECK((text.find("[mean of 2 processes at once]") != std::string::npos) == (copies == 2));
     }
     CHECK_THAT(out, Catch::Contains(copies == 2 ? "parts measured with 2 processes at once" : "parts measured alone"));
+    // One process with the venv: numpy's single-thread sgemm beside the learner step, and
+    // the step's share of it from the two printed figures.
+    const std::string numpy = "  numpy's single-thread 512^3 sgemm (the venv's BLAS, one thread): ";
+    const char* configured = std::getenv("STAMPEDE_VENV");
+    const std::string venv = configured && *configured ? configured : std::string(STAMPEDE_SOURCE_DIR) + "/.venv";
+    const bool has_numpy = std::system((venv + "/bin/python -c 'import numpy' > /dev/null 2>&1").c_str()) == 0;
+    if (copies == 1 && has_numpy) {
+      const size_t at = out.find(numpy);
+      REQUIRE(at != std::string::npos);
+      const double np_gflops = std::atof(out.c_str() + at + numpy.size());
+      const size_t share_at = out.find("the learner step at ", at);
+      REQUIRE(share_at != std::string::npos);
+      const double share = std::atof(out.c_str() + share_at + 20);
+      const size_t step_at = out.find("GFLOP/s; a 512^3 GEMM");
+      REQUIRE(step_at != std::string::npos);
+      const double step_gflops = std::atof(out.c_str() + out.rfind('~', step_at) + 1);
+      CHECK(np_gflops > 1);
+      CHECK(std::abs(share - 100 * step_gflops / np_gflops) <= 1.0);
+    } else {
+      CHECK(out.find(numpy) == std::string::npos);
+    }
     // The limit from the parts, computed here: Catch has 2 actors, 1 learner, no replay.
     const double actor = result(out, "actor_frames_per_s"), learner = result(out, "learner_fresh_frames_per_s");
     REQUIRE(actor > 0);
