@@ -99,51 +99,38 @@ void PrintRows(const std::string& title, const std::vector<Row>& rows, int reps)
 }
 
 // The torso's leading image layers as the model builds them where oneDNN is the backend
-// (one run, net/onednn_stack.h), timed on the same input and gradient, beside the same
-// layers' rows above.
+// (one run, net/onednn_stack.h), timed layer by layer inside the run on the same input
+// and gradient, beside the same fastest implementations as the table above.
 void PrintRun(const net::Torso& torso, const std::vector<net::LayerIo>& io, const std::vector<float>& params,
               const std::vector<float>& in, const std::vector<std::vector<float>>& grads, int rows,
               const std::vector<Row>& by_layer, double seconds) {
   size_t end = 0;
-  while (end < torso.layers.size() && net::StackableOnOneDnn(torso.layers[end].kind) && io[end].in_image &&
-         io[end].out_image) {
+  while (end < torso.layers.size() && end < by_layer.size() && net::StackableOnOneDnn(torso.layers[end].kind) &&
+         io[end].in_image && io[end].out_image) {
     ++end;
   }
   if (end == 0) return;
-  net::ParamLayout layout;  // the run's parameters come first: the same offsets as above
-  auto made = net::MakeOneDnnStack(torso, io, 0, end, &layout);
-  if (!made.ok()) {
-    std::printf("    no oneDNN run of its image layers: %s\n", made.status().message().c_str());
+  auto timed = net::TimeOneDnnStack(torso, io, end, params.data(), in.data(), grads[end].data(), rows, seconds);
+  if (!timed.ok()) {
+    std::printf("    no oneDNN run of its image layers: %s\n", timed.status().message().c_str());
     return;
   }
-  std::unique_ptr<net::Layer<float>> run = std::move(made).value();
-  std::vector<float> out(size_t(rows) * run->out_size()), grad(params.size(), 0.f);
-  const std::vector<float>& dout = grads[end];
-  double fwd = 0, bwd = 0;
-  int reps = 0;
-  auto pass = [&](bool timed) {
-    const auto t0 = Clock::now();
-    run->Forward(params.data(), in.data(), rows, out.data());
-    const auto t1 = Clock::now();
-    run->Backward(params.data(), in.data(), out.data(), dout.data(), rows, nullptr, grad.data());
-    if (timed) fwd += std::chrono::duration<double>(t1 - t0).count(), bwd += Since(t1);
-  };
-  pass(false);
-  const auto start = Clock::now();
-  do {
-    pass(true);
-    ++reps;
-  } while (Since(start) < seconds || reps < 3);
-  double ours = 0, best = 0;
-  for (size_t i = 0; i < end && i < by_layer.size(); ++i) {
-    const Row& r = by_layer[i];
-    ours += r.fwd + r.bwd;
-    best += (r.ref_fwd < 0 ? r.fwd : std::min(r.fwd, r.ref_fwd)) + (r.ref_bwd < 0 ? r.bwd : std::min(r.bwd, r.ref_bwd));
+  const net::OneDnnRunTimes& t = timed.value();
+  std::vector<Row> run;
+  double apart = 0;
+  for (size_t i = 0; i < end; ++i) {
+    Row r = by_layer[i];
+    apart += r.fwd + r.bwd;
+    r.fwd = t.forward[i], r.bwd = t.backward[i];
+    r.note.clear();
+    run.push_back(r);
   }
-  fwd *= 1e3 / reps, bwd *= 1e3 / reps;
-  std::printf("    its first %zu layers as one oneDNN run (what the model builds; %d reps): %.1f ms forward + %.1f "
-              "backward = %.1f ms, against %.1f ms one by one above (%.2fx) and the fastest of each %.1f ms (%.0f%%)\n",
-              end, reps, fwd, bwd, fwd + bwd, ours, ours / (fwd + bwd), best, 100 * best / (fwd + bwd));
+  double together = 0;
+  for (const Row& r : run) together += r.fwd + r.bwd;
+  PrintRows("its first " + std::to_string(end) + " layers as one oneDNN run, as the model builds them (each layer's "
+                "ops inside the run; the reorders at its ends in the first and last layer's)",
+            run, t.passes);
+  std::printf("    %-26s %8.1f ms as one run against %.1f ms apart (%.2fx)\n", "", together, apart, apart / together);
 }
 
 }  // namespace
