@@ -84,23 +84,10 @@ using onednn::ApplyThreads;
 using onednn::Engine;
 using onednn::IsReference;
 
-// The three primitives' descriptions for a batch of n: activations in `act` (NHWC, or
-// "any" for oneDNN's choice), weights in oneDNN's own layout, the backward passes in the
-// forward's activation layouts.
-struct ConvDescs {
-  dnnl::convolution_forward::primitive_desc fwd;
-  dnnl::convolution_backward_weights::primitive_desc bww;
-  dnnl::convolution_backward_data::primitive_desc bwd;
-  // The kernels among them that are oneDNN's reference ones ("" if none).
-  std::string References() const {
-    std::string refs;
-    for (const char* k : {fwd.impl_info_str(), bww.impl_info_str(), bwd.impl_info_str()}) {
-      if (IsReference(k)) refs += std::string(refs.empty() ? "" : ", ") + k;
-    }
-    return refs;
-  }
-};
-ConvDescs MakeDescs(const ConvGeometry& g, int n, tag act) {
+using onednn::ConvDescs;
+
+// The descriptions with activations in `act` (NHWC, or "any" for oneDNN's choice).
+ConvDescs MakeDescs(const ConvGeometry& g, int n, tag act, bool data_grad) {
   auto& eng = Engine();
   const memory::dims src_dims{n, g.c, g.h, g.w}, w_dims{g.o, g.c, g.k, g.k}, b_dims{g.o},
       dst_dims{n, g.o, g.oh, g.ow}, strides{g.s, g.s}, pad{g.p, g.p};
@@ -115,22 +102,35 @@ ConvDescs MakeDescs(const ConvGeometry& g, int n, tag act) {
       dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.fwd.src_desc(), w_any, b_d,
                                                d.fwd.dst_desc(), strides, pad, pad),
       eng, d.fwd);
-  d.bwd = dnnl::convolution_backward_data::primitive_desc(
-      dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.fwd.src_desc(), w_any,
-                                            d.fwd.dst_desc(), strides, pad, pad),
-      eng, d.fwd);
+  if (data_grad) {
+    d.bwd = dnnl::convolution_backward_data::primitive_desc(
+        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, d.fwd.src_desc(), w_any,
+                                              d.fwd.dst_desc(), strides, pad, pad),
+        eng, d.fwd);
+  }
   return d;
+}
+}  // namespace
+
+namespace onednn {
+std::string ConvDescs::References() const {
+  std::string refs;
+  for (const char* k : {fwd.impl_info_str(), bww.impl_info_str(), bwd ? bwd->impl_info_str() : ""}) {
+    if (IsReference(k)) refs += std::string(refs.empty() ? "" : ", ") + k;
+  }
+  return refs;
 }
 // The activations in the layout oneDNN prefers (its channel-blocked nChw8c on AVX2: about
 // 10% faster than NHWC over the deep ResNet's convolutions on a Zen 3, reorders
 // included); where that leaves only a reference kernel (the 4-channel first layers'
 // backward), NHWC, which has JIT kernels for every conv of the project's nets (NCHW gets
-// its GEMM fallback, several times slower). OneDnnConv and its yardstick both run these.
-ConvDescs PreferredDescs(const ConvGeometry& g, int n) {
-  ConvDescs d = MakeDescs(g, n, tag::any);
-  return d.References().empty() ? d : MakeDescs(g, n, tag::nhwc);
+// its GEMM fallback, several times slower). OneDnnConv, its yardstick and the layer runs
+// of net/onednn_stack.h all run these.
+ConvDescs PreferredConvDescs(const ConvGeometry& g, int n, bool data_grad) {
+  ConvDescs d = MakeDescs(g, n, tag::any, data_grad);
+  return d.References().empty() ? d : MakeDescs(g, n, tag::nhwc, data_grad);
 }
-}  // namespace
+}  // namespace onednn
 
 struct OneDnnConv::Impl {
   ConvGeometry g;
@@ -170,10 +170,10 @@ struct OneDnnConv::Impl {
     const memory::dims src_dims{n, g.c, g.h, g.w}, w_dims{g.o, g.c, g.k, g.k}, b_dims{g.o},
         dst_dims{n, g.o, g.oh, g.ow};
     const memory::desc b_d(b_dims, dt::f32, tag::x);
-    ConvDescs d = PreferredDescs(g, n);
+    ConvDescs d = onednn::PreferredConvDescs(g, n);
     P->fpd = std::move(d.fwd);
     P->bwpd = std::move(d.bww);
-    P->bdpd = std::move(d.bwd);
+    P->bdpd = std::move(*d.bwd);
     P->fwd = dnnl::convolution_forward(P->fpd);
     P->bww = dnnl::convolution_backward_weights(P->bwpd);
     P->bwd = dnnl::convolution_backward_data(P->bdpd);
@@ -316,13 +316,13 @@ base::StatusOr<ConvAloneMs> TimeOneDnnConvAlone(const ConvGeometry& g, int n, do
     auto& eng = Engine();
     dnnl::stream stream(eng);
     // OneDnnConv's layouts, on the whole batch.
-    ConvDescs d = PreferredDescs(g, n);
+    ConvDescs d = onednn::PreferredConvDescs(g, n);
     if (const std::string refs = d.References(); !refs.empty()) {
       return base::Unavailable("oneDNN has only its reference kernel (" + refs + ") for this convolution");
     }
     const auto& fpd = d.fwd;
     const auto& bwpd = d.bww;
-    const auto& bdpd = d.bwd;
+    const auto& bdpd = *d.bwd;
     const memory::desc b_d(memory::dims{g.o}, dt::f32, tag::x);
     // Each primitive's memories in the descs it asked for (a layout one primitive prefers
     // and another does not would need a reorder, which a caller keeping that layout

@@ -46,14 +46,13 @@ using Clock = std::chrono::steady_clock;
 
 // A layer of the run as built from its spec: what a plan for a batch size needs.
 struct ConvSpec {
-  ImageShape in, out;
-  int k = 0, s = 1, p = 0;
+  ConvGeometry g;
   int64_t w = 0, b = 0;  // parameter offsets (set when registered)
 };
 struct Stage {
   enum class Kind { kConv, kRelu, kPool, kResidual } kind = Kind::kConv;
   ConvSpec conv, conv1;  // kConv: conv; kResidual: conv (conv0) and conv1
-  ImageShape in, out;
+  ImageShape out;
   int k = 0, s = 1, p = 0;  // kPool's window
 };
 
@@ -72,7 +71,7 @@ class Stack : public Layer<float> {
   int out_size() const override { return out_.size(); }
   double flops() const override {
     double f = 0;
-    auto conv = [](const ConvSpec& c) { return 2.0 * c.in.c * c.k * c.k * c.out.size(); };
+    auto conv = [](const ConvSpec& c) { return 2.0 * c.g.c * c.g.k * c.g.k * c.g.o * c.g.oh * c.g.ow; };
     for (const Stage& st : stages_) {
       if (st.kind == Stage::Kind::kConv) f += conv(st.conv);
       if (st.kind == Stage::Kind::kResidual) f += conv(st.conv) + conv(st.conv1);
@@ -86,10 +85,10 @@ class Stack : public Layer<float> {
     if (times_) times_->forward.assign(stages_.size(), 0.0), times_->backward.assign(stages_.size(), 0.0);
   }
 
-  // Builds the plan for a batch of n (an error where a kernel is oneDNN's reference one).
-  base::Status Probe(int n) {
+  // Builds the plan for a full chunk (an error where a kernel is oneDNN's reference one).
+  base::Status Probe() {
     try {
-      Plan& plan = For(n);
+      Plan& plan = For(ChunkSamples());
       if (!plan.references.empty()) {
         return base::Unavailable("oneDNN has only its reference kernel (" + plan.references + ") for a layer");
       }
@@ -226,8 +225,11 @@ class Stack : public Layer<float> {
   }
   // Tensor x in layout d (itself where it is in d already).
   int InLayout(Plan& plan, int x, const memory::desc& d) {
-    if (plan.tensors[size_t(x)].d == d) return x;
-    const int y = NewTensor(plan, d);
+    return plan.tensors[size_t(x)].d == d ? x : Reorder(plan, x, d, /*user=*/false);
+  }
+  // A new tensor (the caller's where `user`) that a reorder op fills from x.
+  int Reorder(Plan& plan, int x, const memory::desc& d, bool user) {
+    const int y = NewTensor(plan, d, user);
     plan.tensors[size_t(y)].from_input = plan.tensors[size_t(x)].from_input;
     Op op;
     op.kind = OpKind::kReorder;
@@ -240,39 +242,14 @@ class Stack : public Layer<float> {
 
   int AddConv(Plan& plan, int x, const ConvSpec& c) {
     auto& eng = Engine();
-    const int n = plan.n;
-    const bool data_grad = !(first_ && plan.tensors[size_t(x)].from_input);
-    const memory::dims w_dims{c.out.c, c.in.c, c.k, c.k}, strides{c.s, c.s}, pad{c.p, c.p};
-    const memory::desc b_d(memory::dims{c.out.c}, dt::f32, tag::x);
-    const memory::desc w_any(w_dims, dt::f32, tag::any);
-    // The activations in the layouts oneDNN picks (channel-blocked); where that leaves a
-    // reference kernel (the 4-channel first layers' weight gradient), NHWC.
-    auto descs = [&](tag act) {
-      const memory::desc src(Dims(n, c.in), dt::f32, act), dst(Dims(n, c.out), dt::f32, act);
-      auto fpd = dnnl::convolution_forward::primitive_desc(
-          dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                          src, w_any, b_d, dst, strides, pad, pad),
-          eng);
-      auto bwpd = dnnl::convolution_backward_weights::primitive_desc(
-          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, fpd.src_desc(), w_any, b_d,
-                                                   fpd.dst_desc(), strides, pad, pad),
-          eng, fpd);
-      std::optional<dnnl::convolution_backward_data::primitive_desc> bdpd;
-      if (data_grad) {
-        bdpd = dnnl::convolution_backward_data::primitive_desc(
-            dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, fpd.src_desc(), w_any,
-                                                  fpd.dst_desc(), strides, pad, pad),
-            eng, fpd);
-      }
-      const bool ref = IsReference(fpd.impl_info_str()) || IsReference(bwpd.impl_info_str()) ||
-                       (bdpd && IsReference(bdpd->impl_info_str()));
-      return std::make_tuple(fpd, bwpd, bdpd, ref);
-    };
-    auto [fpd, bwpd, bdpd, ref] = descs(tag::any);
-    if (ref) std::tie(fpd, bwpd, bdpd, ref) = descs(tag::nhwc);
-    NoteKernel(plan, fpd.impl_info_str());
-    NoteKernel(plan, bwpd.impl_info_str());
-    if (bdpd) NoteKernel(plan, bdpd->impl_info_str());
+    const ConvGeometry& g = c.g;
+    onednn::ConvDescs d = onednn::PreferredConvDescs(g, plan.n, !(first_ && plan.tensors[size_t(x)].from_input));
+    if (const std::string refs = d.References(); !refs.empty()) {
+      plan.references += std::string(plan.references.empty() ? "" : ", ") + refs;
+    }
+    const auto& fpd = d.fwd;
+    const auto& bwpd = d.bww;
+    const auto& bdpd = d.bwd;
     const int src = InLayout(plan, x, fpd.src_desc());
     const int y = NewTensor(plan, fpd.dst_desc());
     Op op;
@@ -281,17 +258,17 @@ class Stack : public Layer<float> {
     op.cf = dnnl::convolution_forward(fpd);
     op.cbw = dnnl::convolution_backward_weights(bwpd);
     if (bdpd) op.cbd = dnnl::convolution_backward_data(*bdpd);
-    const memory::desc u_w_d(w_dims, dt::f32, tag::oihw);
+    const memory::desc u_w_d(memory::dims{g.o, g.c, g.k, g.k}, dt::f32, tag::oihw);
     op.u_w = memory(u_w_d, eng, DNNL_MEMORY_NONE);
-    op.u_b = memory(b_d, eng, DNNL_MEMORY_NONE);
+    op.u_b = memory(memory::desc(memory::dims{g.o}, dt::f32, tag::x), eng, DNNL_MEMORY_NONE);
     op.w_f = memory(fpd.weights_desc(), eng);
     op.to_w_f = dnnl::reorder(op.u_w, op.w_f);
     if (bdpd) {
       op.w_d = memory(bdpd->weights_desc(), eng);
       op.to_w_d = dnnl::reorder(op.u_w, op.w_d);
     }
-    op.dw_plain.resize(size_t(c.out.c) * c.in.c * c.k * c.k);
-    op.db_plain.resize(size_t(c.out.c));
+    op.dw_plain.resize(size_t(g.o) * g.c * g.k * g.k);
+    op.db_plain.resize(size_t(g.o));
     op.dw = memory(bwpd.diff_weights_desc(), eng);
     op.u_dw = memory(u_w_d, eng, op.dw_plain.data());
     op.from_dw = dnnl::reorder(op.dw, op.u_dw);
@@ -397,13 +374,7 @@ class Stack : public Layer<float> {
     if (last.d == out_d && x != 0) {
       last.user = true;
     } else {
-      const int y = NewTensor(*plan, out_d, /*user=*/true);
-      Op op;
-      op.kind = OpKind::kReorder;
-      op.in = x, op.out = y;
-      op.fwd_reorder = dnnl::reorder(plan->tensors[size_t(x)].val, plan->tensors[size_t(y)].val);
-      op.bwd_reorder = dnnl::reorder(plan->tensors[size_t(y)].diff, plan->tensors[size_t(x)].diff);
-      Push(*plan, std::move(op));
+      Reorder(*plan, x, out_d, /*user=*/true);
     }
     // An actor's chunk sizes and a learner's are all a process sees; a few kept (not
     // `keep`, which the caller holds).
@@ -616,11 +587,11 @@ base::StatusOr<std::unique_ptr<Stack>> MakeStack(const Torso& torso, const std::
                                    ")");
     }
     Stage st;
-    st.in = x.in, st.out = x.out;
+    st.out = x.out;
     switch (l.kind) {
       case LayerSpec::Kind::kConv:
         st.kind = Stage::Kind::kConv;
-        st.conv = ConvSpec{x.in, x.out, l.kernel, l.stride, l.pad};
+        st.conv.g = ConvGeometry{x.in.c, x.in.h, x.in.w, x.out.c, x.out.h, x.out.w, l.kernel, l.stride, l.pad};
         break;
       case LayerSpec::Kind::kRelu:
         st.kind = Stage::Kind::kRelu;
@@ -631,7 +602,7 @@ base::StatusOr<std::unique_ptr<Stack>> MakeStack(const Torso& torso, const std::
         break;
       case LayerSpec::Kind::kResidual:
         st.kind = Stage::Kind::kResidual;
-        st.conv = ConvSpec{x.in, x.in, 3, 1, 1};
+        st.conv.g = ConvGeometry{x.in.c, x.in.h, x.in.w, x.in.c, x.in.h, x.in.w, 3, 1, 1};
         st.conv1 = st.conv;
         break;
       default:
@@ -641,15 +612,16 @@ base::StatusOr<std::unique_ptr<Stack>> MakeStack(const Torso& torso, const std::
   }
   onednn::ApplyThreads();
   auto stack = std::make_unique<Stack>(std::move(stages), io[begin].in, io[end - 1].out, begin == 0);
-  // An actor's batch of 16 tells whether every layer has a real kernel here.
-  RETURN_IF_ERROR(stack->Probe(16));
+  // The plan for a full chunk, which every batch of that many samples or more runs on,
+  // tells whether every layer has a real kernel here.
+  RETURN_IF_ERROR(stack->Probe());
   // The parameters, as MakeConv and MakeResidual register them.
   size_t i = begin;
   for (Stage& st : stack->stages()) {
     const std::string& name = torso.layers[i++].name;
     auto add = [&](ConvSpec& c, const std::string& prefix) {
-      c.w = layout->Add(prefix + "/w", {c.out.c, c.in.c, c.k, c.k});
-      c.b = layout->Add(prefix + "/b", {c.out.c});
+      c.w = layout->Add(prefix + "/w", {c.g.o, c.g.c, c.g.k, c.g.k});
+      c.b = layout->Add(prefix + "/b", {c.g.o});
     };
     if (st.kind == Stage::Kind::kConv) add(st.conv, name);
     if (st.kind == Stage::Kind::kResidual) {
