@@ -48,14 +48,10 @@ base::StatusOr<std::vector<std::unique_ptr<Layer<S>>>> BuildTorso(const Torso& t
     if constexpr (std::is_same_v<S, float>) {
       // A run of image layers with a convolution in it, as one layer on oneDNN.
       if (!per_layer && GetConvBackend() == ConvBackend::kOneDnn) {
-        size_t end = i;
-        bool conv = false;
-        while (end < torso.layers.size() && StackableOnOneDnn(torso.layers[end].kind) && io[end].in_image &&
-               io[end].out_image) {
-          conv = conv || torso.layers[end].kind == LayerSpec::Kind::kConv ||
-                 torso.layers[end].kind == LayerSpec::Kind::kResidual;
-          ++end;
-        }
+        const size_t end = StackableRunEnd(torso, io, i);
+        const bool conv = std::any_of(torso.layers.begin() + i, torso.layers.begin() + end, [](const LayerSpec& s) {
+          return s.kind == LayerSpec::Kind::kConv || s.kind == LayerSpec::Kind::kResidual;
+        });
         if (conv) {
           auto stack = MakeOneDnnStack(torso, io, i, end, layout);
           if (stack.ok()) {

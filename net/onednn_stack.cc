@@ -18,6 +18,15 @@ bool StackableOnOneDnn(LayerSpec::Kind kind) {
   return false;
 }
 
+size_t StackableRunEnd(const Torso& torso, const std::vector<LayerIo>& io, size_t begin) {
+  size_t end = begin;
+  while (end < torso.layers.size() && end < io.size() && StackableOnOneDnn(torso.layers[end].kind) &&
+         io[end].in_image && io[end].out_image) {
+    ++end;
+  }
+  return end;
+}
+
 }  // namespace stampede::net
 
 #ifdef STAMPEDE_HAVE_ONEDNN

@@ -20,6 +20,9 @@ namespace stampede::net {
 
 // Whether a layer of this kind can be in a run (it works on images and oneDNN has it).
 bool StackableOnOneDnn(LayerSpec::Kind kind);
+// The end of the longest run of such layers from torso.layers[begin] on images (begin
+// itself where there is none); io from TorsoShapes.
+size_t StackableRunEnd(const Torso& torso, const std::vector<LayerIo>& io, size_t begin);
 
 // torso.layers[begin, end) (all stackable; io from TorsoShapes) as one layer. It
 // registers the layers' parameters in `layout` as the layers made one by one would (the

@@ -104,11 +104,7 @@ void PrintRows(const std::string& title, const std::vector<Row>& rows, int reps)
 void PrintRun(const net::Torso& torso, const std::vector<net::LayerIo>& io, const std::vector<float>& params,
               const std::vector<float>& in, const std::vector<std::vector<float>>& grads, int rows,
               const std::vector<Row>& by_layer, double seconds) {
-  size_t end = 0;
-  while (end < torso.layers.size() && end < by_layer.size() && net::StackableOnOneDnn(torso.layers[end].kind) &&
-         io[end].in_image && io[end].out_image) {
-    ++end;
-  }
+  const size_t end = std::min(net::StackableRunEnd(torso, io, 0), by_layer.size());
   if (end == 0) return;
   auto timed = net::TimeOneDnnStack(torso, io, end, params.data(), in.data(), grads[end].data(), rows, seconds);
   if (!timed.ok()) {
