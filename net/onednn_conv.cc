@@ -87,7 +87,7 @@ using onednn::IsReference;
 using onednn::ConvDescs;
 
 // The descriptions with activations in `act` (NHWC, or "any" for oneDNN's choice).
-ConvDescs MakeDescs(const ConvGeometry& g, int n, tag act, bool data_grad) {
+ConvDescs MakeDescs(const ConvGeometry& g, int n, tag act, bool data_grad, const dnnl::primitive_attr& attr) {
   auto& eng = Engine();
   const memory::dims src_dims{n, g.c, g.h, g.w}, w_dims{g.o, g.c, g.k, g.k}, b_dims{g.o},
       dst_dims{n, g.o, g.oh, g.ow}, strides{g.s, g.s}, pad{g.p, g.p};
@@ -97,7 +97,7 @@ ConvDescs MakeDescs(const ConvGeometry& g, int n, tag act, bool data_grad) {
   d.fwd = dnnl::convolution_forward::primitive_desc(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_d,
                                       w_any, b_d, dst_d, strides, pad, pad),
-      eng);
+      attr, eng);
   d.bww = dnnl::convolution_backward_weights::primitive_desc(
       dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, d.fwd.src_desc(), w_any, b_d,
                                                d.fwd.dst_desc(), strides, pad, pad),
@@ -126,9 +126,9 @@ std::string ConvDescs::References() const {
 // backward), NHWC, which has JIT kernels for every conv of the project's nets (NCHW gets
 // its GEMM fallback, several times slower). OneDnnConv, its yardstick and the layer runs
 // of net/onednn_stack.h all run these.
-ConvDescs PreferredConvDescs(const ConvGeometry& g, int n, bool data_grad) {
-  ConvDescs d = MakeDescs(g, n, tag::any, data_grad);
-  return d.References().empty() ? d : MakeDescs(g, n, tag::nhwc, data_grad);
+ConvDescs PreferredConvDescs(const ConvGeometry& g, int n, bool data_grad, const dnnl::primitive_attr& attr) {
+  ConvDescs d = MakeDescs(g, n, tag::any, data_grad, attr);
+  return d.References().empty() ? d : MakeDescs(g, n, tag::nhwc, data_grad, attr);
 }
 }  // namespace onednn
 

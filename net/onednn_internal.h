@@ -24,7 +24,8 @@ inline bool IsReference(const char* impl) { return std::string(impl).rfind("ref"
 
 // A convolution's three primitives' descriptions for a batch of n: weights in oneDNN's
 // own layout, the backward passes in the forward's activation layouts; the data gradient's
-// only where asked for (a network's first layer needs none).
+// only where asked for (a network's first layer needs none); attr: the forward's post-ops
+// (a layer run's fused ReLU or residual sum).
 struct ConvDescs {
   dnnl::convolution_forward::primitive_desc fwd;
   dnnl::convolution_backward_weights::primitive_desc bww;
@@ -34,7 +35,8 @@ struct ConvDescs {
 };
 // The activations in the layout oneDNN prefers (channel-blocked), or NHWC where that
 // leaves a reference kernel.
-ConvDescs PreferredConvDescs(const ConvGeometry& g, int n, bool data_grad = true);
+ConvDescs PreferredConvDescs(const ConvGeometry& g, int n, bool data_grad = true,
+                             const dnnl::primitive_attr& attr = dnnl::primitive_attr());
 
 }  // namespace stampede::net::onednn
 

@@ -74,7 +74,9 @@ float* Data(const memory& m) { return static_cast<float*>(m.get_data_handle()); 
 class Stack : public Layer<float> {
  public:
   Stack(std::vector<Stage> stages, ImageShape in, ImageShape out, bool first)
-      : stages_(std::move(stages)), in_(in), out_(out), first_(first) {}
+      : stages_(std::move(stages)), in_(in), out_(out), first_(first) {
+    Split();
+  }
 
   int in_size() const override { return in_.size(); }
   int out_size() const override { return out_.size(); }
@@ -97,9 +99,11 @@ class Stack : public Layer<float> {
   // Builds the plan for a full chunk (an error where a kernel is oneDNN's reference one).
   base::Status Probe() {
     try {
-      Plan& plan = For(ChunkSamples());
-      if (!plan.references.empty()) {
-        return base::Unavailable("oneDNN has only its reference kernel (" + plan.references + ") for a layer");
+      for (int k = 0; k < int(segs_.size()); ++k) {
+        Plan& plan = For(k, ChunkSamples(k));
+        if (!plan.references.empty()) {
+          return base::Unavailable("oneDNN has only its reference kernel (" + plan.references + ") for a layer");
+        }
       }
     } catch (const dnnl::error& e) {
       return base::Unavailable(std::string("oneDNN: ") + e.what());
@@ -107,24 +111,31 @@ class Stack : public Layer<float> {
     return base::OkStatus();
   }
 
-  // The batch runs in chunks of samples, each through every layer while its activations
-  // are in cache (a chunk's largest activation about 1 MB); each chunk's activations are
-  // kept for Backward, which runs the chunks again in reverse, and the weights'
-  // gradients add up over the chunks.
+  // The batch runs in chunks of samples, each through every layer of a segment of the
+  // run while its activations are in cache (a chunk's largest activation about 1 MB); the
+  // layers after the activations shrink form another segment with larger chunks (fewer,
+  // larger calls), met through the whole batch's activation between them. Each chunk's
+  // activations are kept for Backward, which runs the segments and chunks again in
+  // reverse; the weights' gradients add up over the chunks.
   void Forward(const float* p, const float* in, int n, float* out) override {
     onednn::ApplyThreads();
-    ForEachChunk(n, [&](Plan& plan, int j, int s0, bool first_chunk) {
-      Bind(plan, j, in + int64_t(s0) * in_.size(), out + int64_t(s0) * out_.size(), nullptr, nullptr);
-      for (Op& op : plan.ops) {
-        const auto t0 = times_ ? Clock::now() : Clock::time_point{};
-        RunForward(plan, op, p, first_chunk);
-        if (times_) {
-          stream_.wait();
-          times_->forward[size_t(op.stage)] += 1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
+    const int last = int(segs_.size()) - 1;
+    for (int k = 0; k <= last; ++k) {
+      ForEachChunk(k, n, [&](Plan& plan, int j, int s0, bool first_chunk) {
+        const float* x = k == 0 ? in + int64_t(s0) * in_.size() : bounds_[size_t(k - 1)].Val(s0);
+        float* y = k == last ? out + int64_t(s0) * out_.size() : bounds_[size_t(k)].Val(s0);
+        Bind(plan, j, x, y, nullptr, nullptr);
+        for (Op& op : plan.ops) {
+          const auto t0 = times_ ? Clock::now() : Clock::time_point{};
+          RunForward(plan, op, p, first_chunk);
+          if (times_) {
+            stream_.wait();
+            times_->forward[size_t(op.stage)] += 1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
+          }
         }
-      }
-      stream_.wait();
-    });
+        stream_.wait();
+      });
+    }
     last_n_ = n, last_in_ = in;
   }
 
@@ -138,38 +149,74 @@ class Stack : public Layer<float> {
       Forward(p, in, n, scratch_out_.data());
     }
     onednn::ApplyThreads();
-    ForEachChunk(n, [&](Plan& plan, int j, int s0, bool first_chunk) {
-      Bind(plan, j, in + int64_t(s0) * in_.size(), nullptr, din ? din + int64_t(s0) * in_.size() : nullptr,
-           dout + int64_t(s0) * out_.size());
-      for (Tensor& t : plan.tensors) t.diff_set = false;
-      plan.tensors.back().diff_set = true;
-      for (size_t i = plan.ops.size(); i-- > 0;) {
-        const auto t0 = times_ ? Clock::now() : Clock::time_point{};
-        RunBackward(plan, plan.ops[i], p, grad, din != nullptr, first_chunk);
-        if (times_) {
-          stream_.wait();
-          times_->backward[size_t(plan.ops[i].stage)] +=
-              1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
+    const int last = int(segs_.size()) - 1;
+    for (int k = last; k >= 0; --k) {
+      // A later segment always gives its input's gradient (the earlier segment's).
+      const bool want_din = k > 0 || din != nullptr;
+      ForEachChunk(k, n, [&](Plan& plan, int j, int s0, bool first_chunk) {
+        const float* x = k == 0 ? in + int64_t(s0) * in_.size() : bounds_[size_t(k - 1)].Val(s0);
+        float* dx = k == 0 ? (din ? din + int64_t(s0) * in_.size() : nullptr) : bounds_[size_t(k - 1)].Diff(s0);
+        const float* dy = k == last ? dout + int64_t(s0) * out_.size() : bounds_[size_t(k)].Diff(s0);
+        Bind(plan, j, x, nullptr, dx, dy);
+        for (Tensor& t : plan.tensors) t.diff_set = false;
+        plan.tensors.back().diff_set = true;
+        for (size_t i = plan.ops.size(); i-- > 0;) {
+          const auto t0 = times_ ? Clock::now() : Clock::time_point{};
+          RunBackward(plan, plan.ops[i], p, grad, want_din, first_chunk);
+          if (times_) {
+            stream_.wait();
+            times_->backward[size_t(plan.ops[i].stage)] +=
+                1e3 * std::chrono::duration<double>(Clock::now() - t0).count();
+          }
         }
-      }
-      stream_.wait();
-    });
+        stream_.wait();
+      });
+    }
+  }
+
+  // Each layer's samples a chunk (bench).
+  std::vector<int> LayerChunks() const {
+    std::vector<int> c(stages_.size());
+    for (int k = 0; k < int(segs_.size()); ++k) {
+      for (int i = segs_[size_t(k)].begin; i < segs_[size_t(k)].end; ++i) c[size_t(i)] = ChunkSamples(k);
+    }
+    return c;
   }
 
  private:
   // Bytes held 64-byte aligned (oneDNN's kernels load whole cache lines).
   struct Store {
     std::unique_ptr<std::byte, decltype(&std::free)> p{nullptr, &std::free};
-    size_t stride = 0;  // bytes a chunk, rounded up to 64
-    int chunks = 0;
+    size_t stride = 0;    // bytes a chunk, rounded up to 64
+    size_t capacity = 0;  // bytes held
+    // Room for `count` chunks of `bytes`; what it held is kept only where the chunk's
+    // size is the same (Backward's calls, after their Forward's).
     void Hold(size_t bytes, int count) {
-      const size_t want = (bytes + 63) / 64 * 64;
-      if (want == stride && count <= chunks) return;
-      p.reset(static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(64, want * size_t(count)))));
-      if (!p) throw std::bad_alloc();
-      stride = want, chunks = count;
+      const size_t want = (bytes + 63) / 64 * 64, total = want * size_t(count);
+      if (total > capacity) {
+        p.reset(static_cast<std::byte*>(std::aligned_alloc(64, std::max<size_t>(64, total))));
+        if (!p) throw std::bad_alloc();
+        capacity = total;
+      }
+      stride = want;
     }
     void* At(int j) const { return p.get() + stride * size_t(j); }
+  };
+  // Stages [begin, end) of the run, in chunks of the same size; `largest`: the floats a
+  // sample of its largest activation (its input's included).
+  struct Segment {
+    int begin = 0, end = 0;
+    int64_t largest = 1;
+  };
+  // The whole batch's activation between segment k and k + 1, and its gradient, in the
+  // layout the first plan of segment k gave it (the sample outermost, so a chunk of it is
+  // the samples' floats from its first sample's on).
+  struct Boundary {
+    std::optional<memory::desc> layout;  // for one sample
+    size_t sample = 0;                   // floats a sample
+    Store vals, diffs;
+    float* Val(int s0) const { return static_cast<float*>(vals.At(0)) + size_t(s0) * sample; }
+    float* Diff(int s0) const { return static_cast<float*>(diffs.At(0)) + size_t(s0) * sample; }
   };
   struct Tensor {
     memory::desc d;
@@ -186,8 +233,9 @@ class Stack : public Layer<float> {
     int stage = 0;  // the layer it is part of (a reorder: the layer that needed it)
     int in = -1, in2 = -1, out = -1;
     dnnl::reorder fwd_reorder, bwd_reorder;
-    // kConv
+    // kConv (in2: the tensor a fused sum adds, or -1)
     const ConvSpec* conv = nullptr;
+    bool relu = false;  // a ReLU fused (eb: its gradient from the output, in place)
     dnnl::convolution_forward cf;
     dnnl::convolution_backward_weights cbw;
     std::optional<dnnl::convolution_backward_data> cbd;
@@ -206,6 +254,7 @@ class Stack : public Layer<float> {
     std::optional<memory> partial;
   };
   struct Plan {
+    int seg = 0;             // the segment it runs
     int n = 0, threads = 1;  // samples a chunk; OpenMP threads its primitives were made for
     std::deque<Tensor> tensors;  // [0]: the run's input; back(): its output
     std::vector<Op> ops;
@@ -249,13 +298,41 @@ class Stack : public Layer<float> {
     return y;
   }
 
-  int AddConv(Plan& plan, int x, const ConvSpec& c) {
+  // Conv c on tensor x; fused into it where oneDNN's kernel takes it as a post-op: a ReLU
+  // of its output (`relu`), or the sum with tensor `skip` (a residual block's). -1 where
+  // a fusion was asked for and this kernel has none (the caller then adds the op apart).
+  int AddConv(Plan& plan, int x, const ConvSpec& c, bool relu = false, int skip = -1) {
     auto& eng = Engine();
     const ConvGeometry& g = c.g;
-    onednn::ConvDescs d = onednn::PreferredConvDescs(g, plan.n, !(first_ && plan.tensors[size_t(x)].from_input));
-    if (const std::string refs = d.References(); !refs.empty()) {
-      plan.references += std::string(plan.references.empty() ? "" : ", ") + refs;
+    const bool fused = relu || skip >= 0;
+    dnnl::primitive_attr attr;
+    if (fused) {
+      dnnl::post_ops po;
+      if (skip >= 0) po.append_binary(dnnl::algorithm::binary_add, plan.tensors[size_t(skip)].d);
+      if (relu) po.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      attr.set_post_ops(po);
     }
+    const bool data_grad = !(first_ && plan.tensors[size_t(x)].from_input);
+    std::optional<onednn::ConvDescs> made;
+    try {
+      made.emplace(onednn::PreferredConvDescs(g, plan.n, data_grad, attr));
+    } catch (const dnnl::error&) {
+      if (fused) return -1;
+      throw;
+    }
+    onednn::ConvDescs& d = *made;
+    const std::string refs = d.References();
+    if (fused) {
+      // Fused only on the kernel the convolution alone gets (a post-op oneDNN's direct
+      // kernel lacks sends it to a slower one), and a fused sum's gradient is the output's,
+      // copied as it is: the same layout.
+      const std::string alone = onednn::PreferredConvDescs(g, plan.n, data_grad).fwd.impl_info_str();
+      if (!refs.empty() || alone != d.fwd.impl_info_str() ||
+          (skip >= 0 && d.fwd.dst_desc() != plan.tensors[size_t(skip)].d)) {
+        return -1;
+      }
+    }
+    if (!refs.empty()) plan.references += std::string(plan.references.empty() ? "" : ", ") + refs;
     const auto& fpd = d.fwd;
     const auto& bwpd = d.bww;
     const auto& bdpd = d.bwd;
@@ -264,6 +341,19 @@ class Stack : public Layer<float> {
     Op op;
     op.kind = OpKind::kConv;
     op.in = src, op.out = y, op.conv = &c;
+    op.relu = relu, op.in2 = skip;
+    if (relu) {
+      // The ReLU's gradient from its output (what the fused forward keeps), in place.
+      const memory::desc dd = fpd.dst_desc();
+      auto hint = dnnl::eltwise_forward::primitive_desc(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu_use_dst_for_bwd,
+                                      dd, 0.f),
+          eng);
+      auto bpd = dnnl::eltwise_backward::primitive_desc(
+          dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_relu_use_dst_for_bwd, dd, dd, 0.f), eng, hint);
+      NoteKernel(plan, bpd.impl_info_str());
+      op.eb = dnnl::eltwise_backward(bpd);
+    }
     op.cf = dnnl::convolution_forward(fpd);
     op.cbw = dnnl::convolution_backward_weights(bwpd);
     if (bdpd) op.cbd = dnnl::convolution_backward_data(*bdpd);
@@ -342,18 +432,22 @@ class Stack : public Layer<float> {
     return y;
   }
 
-  Plan& For(int n, const Plan* keep = nullptr) {
+  // Segment k's plan for chunks of n samples.
+  Plan& For(int k, int n, const Plan* keep = nullptr) {
     const int threads = onednn::WantedThreads();
     for (auto& p : plans_) {
-      if (p->n == n && p->threads == threads) return *p;
+      if (p->seg == k && p->n == n && p->threads == threads) return *p;
     }
+    const Segment& seg = segs_[size_t(k)];
+    const bool last_seg = k + 1 == int(segs_.size());
     auto plan = std::make_unique<Plan>();
-    plan->n = n, plan->threads = threads;
-    // The run's input as the caller holds it (NCHW).
-    int x = NewTensor(*plan, memory::desc(Dims(n, in_), dt::f32, tag::nchw), /*user=*/true);
-    plan->tensors[size_t(x)].from_input = true;
-    building_stage_ = 0;
-    for (const Stage& st : stages_) {
+    plan->seg = k, plan->n = n, plan->threads = threads;
+    // The run's input as the caller holds it (NCHW), or the previous segment's output.
+    int x = NewTensor(*plan, k == 0 ? memory::desc(Dims(n, in_), dt::f32, tag::nchw) : BoundaryDesc(k - 1, n),
+                      /*user=*/true);
+    plan->tensors[size_t(x)].from_input = k == 0;
+    for (building_stage_ = seg.begin; building_stage_ < seg.end; ++building_stage_) {
+      const Stage& st = stages_[size_t(building_stage_)];
       switch (st.kind) {
         case Stage::Kind::kConv:
           x = AddConv(*plan, x, st.conv);
@@ -365,29 +459,40 @@ class Stack : public Layer<float> {
           x = AddPool(*plan, x, st);
           break;
         case Stage::Kind::kResidual: {
+          // x + conv1(relu(conv0(relu(x)))): the inner ReLU and the sum in the
+          // convolutions where the kernels take them. x first in the layout the
+          // convolutions work in (once, where the block's input comes in another; the
+          // next block's input is then in it).
+          {
+            const onednn::ConvDescs d = onednn::PreferredConvDescs(st.conv.g, plan->n);
+            if (d.References().empty() && d.fwd.src_desc() == d.fwd.dst_desc()) {
+              x = InLayout(*plan, x, d.fwd.src_desc());
+            }
+          }
           const int a0 = AddRelu(*plan, x);
-          const int h0 = AddConv(*plan, a0, st.conv);
-          const int a1 = AddRelu(*plan, h0);
-          const int h1 = AddConv(*plan, a1, st.conv1);
-          x = AddSum(*plan, x, h1);
+          int a1 = AddConv(*plan, a0, st.conv, /*relu=*/true);
+          if (a1 < 0) a1 = AddRelu(*plan, AddConv(*plan, a0, st.conv));
+          const int y = AddConv(*plan, a1, st.conv1, /*relu=*/false, /*skip=*/x);
+          x = y >= 0 ? y : AddSum(*plan, x, AddConv(*plan, a1, st.conv1));
           break;
         }
       }
-      ++building_stage_;
     }
-    building_stage_ = int(stages_.size()) - 1;
-    // The run's output as the caller holds it (NCHW): the last op writes it, or a reorder
+    building_stage_ = seg.end - 1;
+    // The segment's output: the run's as the caller holds it (NCHW), or the boundary's
+    // layout (the first plan of the segment fixes it). The last op writes it, or a reorder
     // to it.
-    const memory::desc out_d(Dims(n, out_), dt::f32, tag::nchw);
+    if (!last_seg && !bounds_[size_t(k)].layout) SetBoundary(k, plan->tensors[size_t(x)].d, n);
+    const memory::desc out_d = last_seg ? memory::desc(Dims(n, out_), dt::f32, tag::nchw) : BoundaryDesc(k, n);
     Tensor& last = plan->tensors[size_t(x)];
     if (last.d == out_d && x != 0) {
       last.user = true;
     } else {
       Reorder(*plan, x, out_d, /*user=*/true);
     }
-    // An actor's chunk sizes and a learner's are all a process sees; a few kept (not
-    // `keep`, which the caller holds).
-    if (plans_.size() >= 6) {
+    // An actor's chunk sizes and a learner's are all a process sees; a few kept a segment
+    // (not `keep`, which the caller holds).
+    if (plans_.size() >= 6 * segs_.size()) {
       auto victim = plans_.begin();
       if (victim->get() == keep) ++victim;
       plans_.erase(victim);
@@ -397,24 +502,70 @@ class Stack : public Layer<float> {
     return *plans_.back();
   }
 
+  // ---- segments ---------------------------------------------------------------------
+
+  // A stage's chunk: its largest activation (input or output) about 1 MB (2^18 floats).
+  static int64_t ChunkFor(int64_t floats) { return std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, floats)); }
+  // The run's stages in segments: a convolution or residual block whose chunk would be 4
+  // or more times its segment's starts a new one (ReLUs and pooling stay with what they
+  // follow, whose output they read while it is in cache).
+  void Split() {
+    int64_t prev = in_.size();
+    for (int i = 0; i < int(stages_.size()); ++i) {
+      const Stage& st = stages_[size_t(i)];
+      const int64_t largest = std::max<int64_t>(prev, st.out.size());
+      const bool opens = st.kind == Stage::Kind::kConv || st.kind == Stage::Kind::kResidual;
+      if (segs_.empty() || (opens && ChunkFor(largest) >= 4 * ChunkFor(segs_.back().largest))) {
+        segs_.push_back(Segment{i, i, largest});
+      }
+      segs_.back().end = i + 1;
+      segs_.back().largest = std::max(segs_.back().largest, largest);
+      prev = st.out.size();
+    }
+    bounds_.resize(segs_.size() - 1);
+  }
+  // Boundary k's layout for n samples: the sample outermost, so only the batch differs.
+  memory::desc BoundaryDesc(int k, int n) const {
+    dnnl_memory_desc_t c = bounds_[size_t(k)].layout->data;
+    c.dims[0] = n, c.padded_dims[0] = n;
+    return memory::desc(c);
+  }
+  // Fixes boundary k's layout from a plan of n samples' output `d`: d itself where the
+  // sample is outermost (oneDNN's channel-blocked layouts), else NCHW.
+  void SetBoundary(int k, const memory::desc& d, int n) {
+    Boundary& b = bounds_[size_t(k)];
+    const dnnl_memory_desc_t& c = d.data;
+    bool outer = c.format_kind == dnnl_blocked && c.padded_offsets[0] == 0 && c.offset0 == 0;
+    if (outer) {
+      const auto& blk = c.format_desc.blocking;
+      for (int i = 0; i < blk.inner_nblks; ++i) outer = outer && blk.inner_idxs[i] != 0;
+      outer = outer && size_t(blk.strides[0]) * size_t(n) * sizeof(float) == d.get_size();
+    }
+    const ImageShape s = stages_[size_t(segs_[size_t(k)].end - 1)].out;
+    b.layout = outer ? d : memory::desc(Dims(n, s), dt::f32, tag::nchw);
+    b.layout = BoundaryDesc(k, 1);
+    b.sample = b.layout->get_size() / sizeof(float);
+  }
+
   // ---- running ----------------------------------------------------------------------
 
-  // The samples a chunk: its largest activation about 1 MB (2^18 floats), times the
-  // OpenMP threads.
-  int ChunkSamples() const {
-    int64_t largest = in_.size();
-    for (const Stage& st : stages_) largest = std::max<int64_t>(largest, st.out.size());
-    return int(std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, largest))) * onednn::WantedThreads();
-  }
+  // Segment k's samples a chunk, times the OpenMP threads.
+  int ChunkSamples(int k) const { return int(ChunkFor(segs_[size_t(k)].largest)) * onednn::WantedThreads(); }
   // f(plan, chunk index in that plan, first sample, first chunk of that plan in this call)
-  // for each chunk of n samples: the full chunks on one plan, the rest on another.
+  // for each chunk of n samples in segment k: the full chunks on one plan, the rest on
+  // another.
   template <class F>
-  void ForEachChunk(int n, F&& f) {
-    const int m = std::min(n, ChunkSamples()), full = n / m, rest = n % m;
-    Plan& a = For(m);
-    Plan* b = rest > 0 ? &For(rest, &a) : nullptr;
+  void ForEachChunk(int k, int n, F&& f) {
+    const int m = std::min(n, ChunkSamples(k)), full = n / m, rest = n % m;
+    Plan& a = For(k, m);
+    Plan* b = rest > 0 ? &For(k, rest, &a) : nullptr;
     Hold(a, full);
     if (b) Hold(*b, 1);
+    if (k + 1 < int(segs_.size())) {
+      Boundary& bd = bounds_[size_t(k)];
+      bd.vals.Hold(bd.sample * sizeof(float) * size_t(n), 1);
+      bd.diffs.Hold(bd.sample * sizeof(float) * size_t(n), 1);
+    }
     for (int j = 0; j < full; ++j) f(a, j, j * m, j == 0);
     if (b) f(*b, 0, full * m, true);
   }
@@ -458,10 +609,18 @@ class Stack : public Layer<float> {
           op.u_b.set_data_handle(const_cast<float*>(p + op.conv->b));
           op.to_w_f.execute(stream_, op.u_w, op.w_f);
         }
-        op.cf.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val},
-                                {DNNL_ARG_WEIGHTS, op.w_f},
-                                {DNNL_ARG_BIAS, op.u_b},
-                                {DNNL_ARG_DST, T[size_t(op.out)].val}});
+        if (op.in2 >= 0) {
+          op.cf.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val},
+                                  {DNNL_ARG_WEIGHTS, op.w_f},
+                                  {DNNL_ARG_BIAS, op.u_b},
+                                  {DNNL_ARG_DST, T[size_t(op.out)].val},
+                                  {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, T[size_t(op.in2)].val}});
+        } else {
+          op.cf.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val},
+                                  {DNNL_ARG_WEIGHTS, op.w_f},
+                                  {DNNL_ARG_BIAS, op.u_b},
+                                  {DNNL_ARG_DST, T[size_t(op.out)].val}});
+        }
         break;
       case OpKind::kRelu:
         op.ef.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val}, {DNNL_ARG_DST, T[size_t(op.out)].val}});
@@ -514,6 +673,17 @@ class Stack : public Layer<float> {
         GradDone(plan, op, op.in);
         break;
       case OpKind::kConv: {
+        if (op.in2 >= 0 && (want_din || !T[size_t(op.in2)].from_input)) {
+          // A fused sum: its other summand's gradient is the output's.
+          stream_.wait();
+          memory& target = GradTarget(plan, op, op.in2);
+          std::memcpy(Data(target), Data(T[size_t(op.out)].diff), sizeof(float) * Floats(target));
+          GradDone(plan, op, op.in2);
+        }
+        if (op.relu) {
+          memory& dy = T[size_t(op.out)].diff;
+          op.eb.execute(stream_, {{DNNL_ARG_DST, T[size_t(op.out)].val}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_SRC, dy}});
+        }
         op.cbw.execute(stream_, {{DNNL_ARG_SRC, T[size_t(op.in)].val},
                                  {DNNL_ARG_DIFF_DST, T[size_t(op.out)].diff},
                                  {DNNL_ARG_DIFF_WEIGHTS, op.dw},
@@ -571,6 +741,8 @@ class Stack : public Layer<float> {
   ImageShape in_, out_;
   bool first_;
   dnnl::stream stream_{Engine()};
+  std::vector<Segment> segs_;
+  std::vector<Boundary> bounds_;  // bounds_[k]: between segments k and k + 1
   std::deque<std::unique_ptr<Plan>> plans_;
   int last_n_ = -1;                  // the last Forward's batch
   const float* last_in_ = nullptr;   // and its input
@@ -669,6 +841,7 @@ base::StatusOr<OneDnnRunTimes> TimeOneDnnStack(const Torso& torso, const std::ve
   stack->SetTimes(nullptr);
   for (double& t : times.forward) t /= times.passes;
   for (double& t : times.backward) t /= times.passes;
+  times.chunk = stack->LayerChunks();
   return times;
 }
 

@@ -43,6 +43,7 @@ base::StatusOr<std::unique_ptr<Layer<float>>> MakeOneDnnStack(const Torso& torso
 // parameters (the run's come first).
 struct OneDnnRunTimes {
   std::vector<double> forward, backward;  // per layer of the run
+  std::vector<int> chunk;                  // per layer of the run: its samples a chunk
   int passes = 0;
 };
 base::StatusOr<OneDnnRunTimes> TimeOneDnnStack(const Torso& torso, const std::vector<LayerIo>& io, size_t end,

@@ -219,9 +219,41 @@ TEST_CASE("oneDNN layer runs: the deep ResNet's image layers (pooling, residual 
   while (end < torso.layers.size() && net::StackableOnOneDnn(torso.layers[end].kind)) ++end;
   REQUIRE(end > 10);
   CheckRun(torso, spec.obs_shape, 0, end, {5});
-  // A batch of 30 runs as two chunks of 12 (about 1 MB of its largest activation, 16x36x36
+  // Its first two layers (a convolution and its pooling, one segment of the run) on a
+  // batch of 30 run as two chunks of 12 (about 1 MB of its largest activation, 16x36x36
   // floats, each) and one of 6.
-  CheckChunks(torso, spec.obs_shape, end, 30, {12, 12, 6});
+  CheckChunks(torso, spec.obs_shape, 2, 30, {12, 12, 6});
+}
+
+TEST_CASE("oneDNN layer runs: at 84x84 the deep ResNet's run is in segments of growing chunks, and equals its layers one by one", "[net]") {
+  RequireOneDnn();
+  net::ModelSpec spec;
+  spec.obs_shape = {4, 84, 84};
+  spec.torso = std::string(net::kDeepResNet);
+  const net::Torso torso = net::TorsoOf(spec);
+  auto io = net::TorsoShapes(torso, spec.obs_shape);
+  REQUIRE(io.ok());
+  const size_t end = net::StackableRunEnd(torso, io.value(), 0);
+  REQUIRE(end == 13);
+  // 5 samples: chunks of 2, 2 and 1 for the 84x84 convolution and its pooling (16x84x84
+  // floats a sample), of 4 and 1 for the 42x42 layers (the 32-channel convolution's output),
+  // and one of 5 for the rest; the whole batch's activation between them.
+  CheckRun(torso, spec.obs_shape, 0, end, {5});
+  // The segments' chunks (times the OpenMP threads): 2 samples for the 84x84 layers, 4
+  // for the 42x42 ones, 18 for the 21x21 and 11x11 ones (their chunk would be 67, under 4
+  // times 18, so they stay in one segment).
+  net::ParamLayout layout;
+  auto made = net::MakeOneDnnStack(torso, io.value(), 0, end, &layout);
+  REQUIRE(made.ok());
+  const std::vector<float> p(size_t(layout.total_size()), 0.01f), in(size_t(3) * made.value()->in_size(), 0.5f),
+      dout(size_t(3) * made.value()->out_size(), 0.1f);
+  auto timed = net::TimeOneDnnStack(torso, io.value(), end, p.data(), in.data(), dout.data(), 3, 0.0);
+  REQUIRE(timed.ok());
+  const std::vector<int>& c = timed.value().chunk;
+  REQUIRE(c.size() == end);
+  const int t = c[0] / 2;
+  CHECK(c == std::vector<int>{2 * t, 2 * t, 4 * t, 4 * t, 4 * t, 4 * t, 18 * t, 18 * t, 18 * t, 18 * t, 18 * t, 18 * t,
+                              18 * t});
 }
 
 TEST_CASE("oneDNN layer runs: a run after the torso's start gives the input's gradient, with odd sizes and padding", "[net]") {

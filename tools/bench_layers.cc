@@ -118,13 +118,14 @@ void PrintRun(const net::Torso& torso, const std::vector<net::LayerIo>& io, cons
     Row r = by_layer[i];
     apart += r.fwd + r.bwd;
     r.fwd = t.forward[i], r.bwd = t.backward[i];
-    r.note.clear();
+    r.note = "in chunks of " + std::to_string(t.chunk[i]);
     run.push_back(r);
   }
   double together = 0;
   for (const Row& r : run) together += r.fwd + r.bwd;
   PrintRows("its first " + std::to_string(end) + " layers as one oneDNN run, as the model builds them (each layer's "
-                "ops inside the run; the reorders at its ends in the first and last layer's)",
+                "ops inside the run; the reorders at its ends in the first and last layer's; the samples a chunk of "
+                "its segment)",
             run, t.passes);
   std::printf("    %-26s %8.1f ms as one run against %.1f ms apart (%.2fx)\n", "", together, apart, apart / together);
 }
