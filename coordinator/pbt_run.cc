@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -112,7 +113,9 @@ void ReadRows(MemberShell* s, config::PbtObjective::Name objective, int min_epis
 }
 
 // The leader's newest checkpoint with the member's own frame and step counts (and its
-// version, so its own counters go on), written as the member's checkpoint.
+// version, so its own counters go on), written as the member's checkpoint. Its frames are
+// those it acted, member_frames (its rows' newest), where its own checkpoint is older (a
+// learner killed and restarted just before the stop leaves one): spent frames stay spent.
 base::Status CopyLeaderCheckpoint(const std::string& leader_dir, const std::string& member_dir, int64_t member_frames,
                                   int64_t* version) {
   learner::CheckpointData leader;
@@ -121,7 +124,7 @@ base::Status CopyLeaderCheckpoint(const std::string& leader_dir, const std::stri
   learner::CheckpointData own;
   std::error_code ec;
   if (fs::exists(own_path, ec) && learner::LoadCheckpoint(own_path, &own).ok()) {
-    leader.env_frames = own.env_frames;
+    leader.env_frames = std::max(own.env_frames, member_frames);
     leader.learner_steps = own.learner_steps;
     leader.version = own.version + 1;
   } else {
