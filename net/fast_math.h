@@ -47,5 +47,11 @@ inline float TanhF(float x) {
 // Built in its own file (lstm_cell.cc) with -fno-trapping-math, without which GCC will
 // not turn these functions' selects into vector blends.
 void LstmRowForwardFloat(float* gates, int H, const float* c_prev, float* c, float* tanh_c, float* h);
+// Its backward over a row, as LstmCellBackward computes each cell: dh = dout + dh_rec,
+// dc_rec (dLoss/dc through the next step) in and dLoss/dc_prev out, dz the gates'
+// pre-activation gradients [4H]. The arrays must not overlap: then the loop vectorises
+// (the generic loop over LstmCellBackward could not prove that and stayed scalar).
+void LstmRowBackwardFloat(const float* gates, int H, const float* c_prev, const float* tanh_c, const float* dout,
+                          const float* dh_rec, float* dc_rec, float* dz);
 
 }  // namespace stampede::net

@@ -601,6 +601,20 @@ template <>
 void LstmRowForward<float>(float* gates, int H, const float* c_prev, float* c, float* tanh_c, float* h) {
   LstmRowForwardFloat(gates, H, c_prev, c, tanh_c, h);
 }
+template <class S>
+void LstmRowBackward(const S* gates, int H, const S* c_prev, const S* tanh_c, const S* dout, const S* dh_rec, S* dc_rec,
+                     S* dz) {
+  for (int j = 0; j < H; ++j) {
+    S dc_prev;
+    LstmCellBackward(gates, H, j, c_prev[j], tanh_c[j], dout[j] + dh_rec[j], dc_rec[j], dz, &dc_prev);
+    dc_rec[j] = dc_prev;
+  }
+}
+template <>
+void LstmRowBackward<float>(const float* gates, int H, const float* c_prev, const float* tanh_c, const float* dout,
+                            const float* dh_rec, float* dc_rec, float* dz) {
+  LstmRowBackwardFloat(gates, H, c_prev, tanh_c, dout, dh_rec, dc_rec, dz);
+}
 }  // namespace
 
 template <class S>
@@ -691,14 +705,9 @@ void Lstm<S>::Backward(const S* p, const S* dout, S* dx, S* grad) {
   for (int t = T1 - 1; t >= 0; --t) {
     for (int b = 0; b < B; ++b) {
       const int64_t r = int64_t(t) * B + b;
-      const S* gr = s.gates.row(r).data();
-      S* dzr = s.dz.row(r).data();
-      for (int j = 0; j < H; ++j) {
-        S dc_prev;
-        LstmCellBackward(gr, H, j, s.c_prev(r, j), s.tanh_c(r, j), dout[r * H + j] + s.dh_rec(b, j),
-                         s.dc_rec(b, j), dzr, &dc_prev);
-        s.dc_rec(b, j) = dc_prev;  // to c_{t-1}
-      }
+      // dc_rec's row becomes dLoss/dc_{t-1}.
+      LstmRowBackward(s.gates.row(r).data(), H, s.c_prev.row(r).data(), s.tanh_c.row(r).data(), dout + r * H,
+                      s.dh_rec.row(b).data(), s.dc_rec.row(b).data(), s.dz.row(r).data());
     }
     MatMul<S>(false, true, B, H, 4 * H, s.dz.data() + int64_t(t) * B * 4 * H, 4 * H, p + wh_, 4 * H, false,
               s.dh_rec.data(), H);

@@ -26,4 +26,27 @@ void LstmRowForwardFloat(float* gates, int H, const float* c_prev, float* c, flo
   CellOutputs(gates, gates + H, gates + 2 * H, gates + 3 * H, c_prev, c, tanh_c, h, H);
 }
 
+void LstmRowBackwardFloat(const float* __restrict gates, int H, const float* __restrict c_prev,
+                          const float* __restrict tanh_c, const float* __restrict dout,
+                          const float* __restrict dh_rec, float* __restrict dc_rec, float* __restrict dz) {
+  const float* __restrict gi = gates;
+  const float* __restrict gf = gates + H;
+  const float* __restrict gg = gates + 2 * H;
+  const float* __restrict go = gates + 3 * H;
+  float* __restrict di = dz;
+  float* __restrict df = dz + H;
+  float* __restrict dg = dz + 2 * H;
+  float* __restrict d_o = dz + 3 * H;
+  for (int j = 0; j < H; ++j) {
+    const float i = gi[j], f = gf[j], g = gg[j], o = go[j], t = tanh_c[j];
+    const float dh = dout[j] + dh_rec[j];
+    const float dc = dh * o * (1.f - t * t) + dc_rec[j];
+    di[j] = dc * g * i * (1.f - i);
+    df[j] = dc * c_prev[j] * f * (1.f - f);
+    dg[j] = dc * i * (1.f - g * g);
+    d_o[j] = dh * t * o * (1.f - o);
+    dc_rec[j] = dc * f;
+  }
+}
+
 }  // namespace stampede::net
