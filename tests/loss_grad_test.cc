@@ -157,6 +157,17 @@ TEST_CASE("optimizer: RMSProp step and global-norm clipping follow their formula
   std::vector<float> small = {0.3f, 0.4f};
   learner::ClipGlobalNorm(small, 1.0);
   CHECK(small[0] == Approx(0.3f));
+  // A length that is no multiple of the sum's lanes: element k = (k % 7) - 3, norm in closed form.
+  std::vector<float> odd(1003);
+  double expect = 0;
+  for (size_t k = 0; k < odd.size(); ++k) {
+    odd[k] = float(int(k % 7) - 3);
+    expect += double(odd[k]) * odd[k];
+  }
+  expect = std::sqrt(expect);
+  const std::vector<float> odd_before = odd;
+  CHECK(learner::ClipGlobalNorm(odd, 2.0) == Approx(expect).epsilon(1e-12));
+  for (size_t k : {size_t(0), size_t(1000), size_t(1002)}) CHECK(odd[k] == Approx(odd_before[k] * 2.0 / expect));
 }
 
 TEST_CASE("optimizer: PyTorch-form RMSprop puts epsilon outside the square root", "[loss]") {
