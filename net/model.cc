@@ -196,6 +196,10 @@ class CpuModel : public Model<S> {
       S* x = &in[size_t(start)];
       if (spec_.uint8_obs) {
         const uint8_t* u = static_cast<const uint8_t*>(obs) + start;
+        if (center) {
+          ConvertCenterChannel(u, x, block);
+          continue;
+        }
         for (int64_t i = 0; i < block; ++i) x[i] = S(u[i]) * S(kUint8InputScale);
       } else {
         const float* f = static_cast<const float*>(obs) + start;

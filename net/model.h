@@ -87,6 +87,26 @@ inline void CenterChannel(S* x, int64_t area) {
   for (int64_t i = 0; i < area; ++i) x[i] -= mean;
 }
 
+// Bytes to S (times kUint8InputScale) and centred, in one pass over the output: the mean
+// comes from the bytes' exact integer sum, read from the 7 KB input first, instead of a
+// second pass over the 28 KB of floats and a third to subtract (the centred input of a
+// Pong learner batch is 38 MB). Equal to CenterChannel on the converted channel to float
+// rounding.
+template <class S>
+inline void ConvertCenterChannel(const uint8_t* u, S* x, int64_t area) {
+  uint32_t lane[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= area; i += 16) {
+    for (int k = 0; k < 16; ++k) lane[k] += u[i + k];
+  }
+  uint64_t sum = 0;
+  for (; i < area; ++i) sum += u[i];
+  for (uint32_t v : lane) sum += v;
+  const S scale = S(kUint8InputScale);
+  const S mean = S(double(sum) * double(scale) / double(area));
+  for (int64_t j = 0; j < area; ++j) x[j] = S(u[j]) * scale - mean;
+}
+
 // Task `task`'s value in one row of values [num_values] (output 0 when there is one),
 // unnormalised with the PopArt statistics the parameters carry where `popart_stats` (the
 // offset of "popart/stats" [2, num_values]) is not -1.

@@ -190,6 +190,31 @@ TEST_CASE("net.center_frames: a constant added to a frame changes nothing the ne
   CHECK(moved > 1e-3);
 }
 
+TEST_CASE("net.center_frames: bytes converted and centred in one pass equal the conversion then CenterChannel", "[net][atari]") {
+  // The one-pass form takes its mean from the bytes' integer sum; the two-pass form from
+  // the converted floats. They agree to float rounding, at lengths with and without a
+  // tail past the sum's 16 lanes, and on all-255 bytes (the largest sum).
+  std::mt19937_64 rng(11);
+  for (const int64_t area : {int64_t(84 * 84), int64_t(17), int64_t(13), int64_t(1)}) {
+    for (const bool full : {false, true}) {
+      std::vector<uint8_t> u(static_cast<size_t>(area));
+      for (auto& b : u) b = full ? 255 : uint8_t(rng() % 256);
+      std::vector<float> two(u.size()), one(u.size());
+      for (size_t i = 0; i < u.size(); ++i) two[i] = float(u[i]) * float(net::kUint8InputScale);
+      net::CenterChannel(two.data(), area);
+      net::ConvertCenterChannel(u.data(), one.data(), area);
+      double worst = 0, sum = 0;
+      for (size_t i = 0; i < u.size(); ++i) {
+        worst = std::max(worst, double(std::abs(one[i] - two[i])));
+        sum += one[i];
+      }
+      INFO("area " << area << (full ? ", all 255" : ", random bytes") << ": largest difference " << worst);
+      CHECK(worst < 1e-6);
+      CHECK(std::abs(sum / double(area)) < 1e-6);
+    }
+  }
+}
+
 TEST_CASE("net.center_frames: each channel loses its mean computed directly at every length", "[net][atari]") {
   // The laned sum against a plain double sum, at lengths with and without a tail past the
   // last full lane group (84x84 is a multiple of eight; 13 and 7 are not).
