@@ -442,13 +442,13 @@ int RunBench(const BenchOptions& opt) {
   // 1/(learner x fresh share of a batch) to learn from, the actors and learners share the
   // cores, and each actor process and each learner uses at most one core (its acting or
   // training loop is one thread at a time). A fleet's frames/s over this is its share.
+  double limit = 0;
   {
     const double fresh = 1.0 - cfg.learner().replay().fraction();
     const double learn_fps = learner_fps * fresh;
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     const double shared = cores / (1.0 / actor_fps + 1.0 / learn_fps);
-    double limit = std::min({shared, cfg.actors().num_actors() * actor_fps,
-                             cfg.learner().num_learners() * learn_fps});
+    limit = std::min({shared, cfg.actors().num_actors() * actor_fps, cfg.learner().num_learners() * learn_fps});
     std::printf("  parts' limit on %d cores (%d actors, %d learner(s), %.0f%% of each batch fresh; PS and sockets "
                 "free; parts measured %s): %.0f frames/s\n",
                 cores, cfg.actors().num_actors(), cfg.learner().num_learners(), 100 * fresh,
@@ -468,36 +468,48 @@ int RunBench(const BenchOptions& opt) {
                 limit, actor_fps, learn_fps, learner_threads);
   }
 
-  // 4. The whole fleet, learning, on this machine: with CURVE (the default) and without,
-  // in the same invocation, so the cost of authenticated sockets is one ratio. With
-  // cluster.local_transport "ipc" (the default) nothing is encrypted on one machine and
-  // the peers are checked by their credentials: set "tcp" for CURVE's cost.
+  // 4. The whole fleet, learning, on this machine, twice, each run's frames/s over the
+  // parts' limit above as its share. Over TCP the runs are with CURVE (the default) and
+  // without, so the cost of authenticated sockets is one ratio. With
+  // cluster.local_transport "ipc" (the default) nothing is encrypted on one machine (the
+  // peers are checked by their credentials) whatever cluster.curve says, so the two runs
+  // are the same fleet and their ratio is its spread from run to run.
   if (opt.fleet_frames > 0) {
-    double fps_by_curve[2] = {0, 0};
-    for (const bool curve : {true, false}) {
+    const bool cipher = cfg.cluster().local_transport() != "ipc";
+    double fps[2] = {0, 0};
+    for (int run = 0; run < 2; ++run) {
+      const bool curve = cipher ? run == 0 : cfg.cluster().curve();
       config::Config fleet = cfg;
       fleet.mutable_stop()->set_total_env_frames(opt.fleet_frames);
       fleet.mutable_cluster()->set_curve(curve);
       coordinator::RunOptions ro;
-      ro.config_name = curve ? "bench-curve" : "bench-plain";
+      ro.config_name = cipher ? (curve ? "bench-curve" : "bench-plain") : "bench-run" + std::to_string(run + 1);
       ro.quiet = true;
       coordinator::RunResult r = coordinator::RunCoordinator(fleet, ro);
       if (r.exit_code != 0) {
         base::LogError("bench: fleet run failed (exit %d), see %s\n", r.exit_code, r.run_dir.c_str());
         return r.exit_code;
       }
-      fps_by_curve[curve ? 0 : 1] = r.env_frames / r.wall_seconds;
-      std::printf("  fleet frames/s, CURVE %-3s, local transport %s (%d actors x %d envs, %d PS shards, 1 learner, "
-                  "learning): %10.0f  (%lld frames in %.1f s, %lld learner steps = %.0f steps/s; compute bound ~2-3M "
-                  "frames/s)\n",
-                  curve ? "on" : "off", fleet.cluster().local_transport().c_str(), fleet.actors().num_actors(),
-                  fleet.actors().envs_per_actor(),
-                  fleet.ps().num_shards(), r.env_frames / r.wall_seconds, r.env_frames, r.wall_seconds,
-                  r.learner_steps, r.learner_steps / r.wall_seconds);
+      fps[run] = r.env_frames / r.wall_seconds;
+      const std::string label = cipher ? std::string("CURVE ") + (curve ? "on " : "off") : "run " + std::to_string(run + 1);
+      std::printf("  fleet frames/s, %s, local transport %s (%d actors x %d envs, %d PS shards, 1 learner, "
+                  "learning): %10.0f  (%lld frames in %.1f s, %lld learner steps = %.0f steps/s; %.1f%% of the parts' "
+                  "limit)\n",
+                  label.c_str(), fleet.cluster().local_transport().c_str(), fleet.actors().num_actors(),
+                  fleet.actors().envs_per_actor(), fleet.ps().num_shards(), fps[run], r.env_frames, r.wall_seconds,
+                  r.learner_steps, r.learner_steps / r.wall_seconds, limit > 0 ? 100.0 * fps[run] / limit : 0.0);
       std::printf("  fleet run directory: %s\n", r.run_dir.c_str());
     }
-    std::printf("  CURVE cost: %.1f%% of fleet frames/s (on/off = %.3f)\n",
-                100.0 * (1.0 - fps_by_curve[0] / fps_by_curve[1]), fps_by_curve[0] / fps_by_curve[1]);
+    if (cipher) {
+      std::printf("  CURVE cost: %.1f%% of fleet frames/s (on/off = %.3f)\n", 100.0 * (1.0 - fps[0] / fps[1]),
+                  fps[0] / fps[1]);
+    } else {
+      std::printf("  the two runs %.1f%% apart: the same fleet (no cipher runs over ipc://; --set "
+                  "cluster.local_transport=tcp for CURVE's cost)\n",
+                  100.0 * std::abs(fps[0] - fps[1]) / std::max(fps[0], fps[1]));
+    }
+    std::printf("RESULT fleet_frames_per_s=%.0f,%.0f fleet_share_of_limit=%.3f,%.3f\n", fps[0], fps[1],
+                limit > 0 ? fps[0] / limit : 0.0, limit > 0 ? fps[1] / limit : 0.0);
   }
   return 0;
 }

@@ -415,6 +415,43 @@ TEST_CASE("fleet: `stampede bench --copies 2` times the parts in two processes a
   }
 }
 
+TEST_CASE("fleet: `stampede bench --fleet-frames` prints each fleet run's share of the parts' limit", "[fleet]") {
+  const std::string dir = FreshRunDir("bench_fleet");
+  const std::string out_path = dir + ".out";
+  Proc bench = Start({"bench", "--config", "configs/catch.textproto", "--seconds", "0.3", "--fleet-frames", "30000"},
+                     out_path);
+  REQUIRE(Wait(bench, std::chrono::seconds(120)) == 0);
+  const std::string out = Slurp(out_path);
+  INFO(out);
+  const size_t limit_at = out.find("RESULT parts_limit_frames_per_s=");
+  REQUIRE(limit_at != std::string::npos);
+  const double limit = std::atof(out.c_str() + limit_at + 32);
+  REQUIRE(limit > 0);
+  // One machine, ipc:// (the default): no cipher either way, so the runs are named as the
+  // same fleet twice, not CURVE on and off.
+  CHECK(out.find("CURVE cost") == std::string::npos);
+  CHECK_THAT(out, Catch::Contains("the same fleet (no cipher runs over ipc://"));
+  const std::string key = "RESULT fleet_frames_per_s=";
+  const size_t at = out.find(key);
+  REQUIRE(at != std::string::npos);
+  double fps[2], share[2];
+  REQUIRE(std::sscanf(out.c_str() + at, "RESULT fleet_frames_per_s=%lf,%lf fleet_share_of_limit=%lf,%lf", &fps[0], &fps[1],
+                      &share[0], &share[1]) == 4);
+  for (int run = 0; run < 2; ++run) {
+    CHECK(fps[run] > 0);
+    // The share is the run's frames/s over the printed limit (both printed rounded).
+    CHECK(std::abs(share[run] - fps[run] / limit) <= 1e-3 + (0.5 / limit + 0.5 / fps[run]) * share[run]);
+    const std::string line = "  fleet frames/s, run " + std::to_string(run + 1) + ", local transport ipc";
+    const size_t l = out.find(line);
+    REQUIRE(l != std::string::npos);
+    const std::string text = out.substr(l, out.find('\n', l) - l);
+    const size_t pct = text.find("% of the parts' limit");
+    REQUIRE(pct != std::string::npos);
+    const double printed = std::atof(text.c_str() + text.rfind(' ', pct) + 1);
+    CHECK(std::abs(printed - 100 * share[run]) <= 0.1);
+  }
+}
+
 TEST_CASE("fleet: a killed actor is restarted while the run goes on", "[fleet]") {
   const std::string run_dir = FreshRunDir("restart");
   Proc p = Start({"run", "configs/catch.textproto", "--run-dir", run_dir, "--set",
