@@ -52,8 +52,10 @@ struct GemmChoice {
 // GFLOP/s of each named backend on `s` with the caller's operands (C is scratch of M x N,
 // leading dimension N): one warm-up product each, then five rounds that take the backends
 // in turn for `slice_s` each (so a neighbour's load falls on all of them alike and each
-// sees the caches the others leave), each backend's best round kept. "auto" measures with
-// this (1 ms slices), and so does `stampede bench --gemm`.
+// sees the caches the others leave), each backend's best round kept, timed by the calling
+// thread's CPU time where every backend runs on that thread alone (OneDnnThreads() 1), by
+// the clock otherwise. "auto" measures with this (1 ms slices), and so does `stampede
+// bench --gemm`.
 std::vector<double> TimeGemmBackends(const std::vector<std::string>& backends, const GemmShape& s, const float* A,
                                      int64_t lda, const float* B, int64_t ldb, float* C, double slice_s);
 // While on (off by default: it costs a lock and a set insert per product), every shape
