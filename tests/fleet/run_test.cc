@@ -418,7 +418,8 @@ TEST_CASE("fleet: `stampede bench --copies 2` times the parts in two processes a
 TEST_CASE("fleet: `stampede bench --fleet-frames` prints each fleet run's share of the parts' limit", "[fleet]") {
   const std::string dir = FreshRunDir("bench_fleet");
   const std::string out_path = dir + ".out";
-  Proc bench = Start({"bench", "--config", "configs/catch.textproto", "--seconds", "0.3", "--fleet-frames", "30000"},
+  Proc bench = Start({"bench", "--config", "configs/catch.textproto", "--seconds", "0.3", "--fleet-frames", "200000",
+                      "--set", "coordinator.progress_interval_s=0.2"},
                      out_path);
   REQUIRE(Wait(bench, std::chrono::seconds(120)) == 0);
   const std::string out = Slurp(out_path);
@@ -434,11 +435,36 @@ TEST_CASE("fleet: `stampede bench --fleet-frames` prints each fleet run's share 
   const std::string key = "RESULT fleet_frames_per_s=";
   const size_t at = out.find(key);
   REQUIRE(at != std::string::npos);
-  double fps[2], share[2];
-  REQUIRE(std::sscanf(out.c_str() + at, "RESULT fleet_frames_per_s=%lf,%lf fleet_share_of_limit=%lf,%lf", &fps[0], &fps[1],
-                      &share[0], &share[1]) == 4);
+  double fps[2], share[2], steady[2];
+  REQUIRE(std::sscanf(out.c_str() + at,
+                      "RESULT fleet_frames_per_s=%lf,%lf fleet_share_of_limit=%lf,%lf fleet_steady_frames_per_s=%lf,%lf",
+                      &fps[0], &fps[1], &share[0], &share[1], &steady[0], &steady[1]) == 6);
+  // Each run's rate past its start-up, recomputed from its metrics rows: from the first row
+  // at a fifth of its frames to its last.
+  std::vector<std::string> dirs;
+  const std::string dir_key = "  fleet run directory: ";
+  for (size_t d = out.find(dir_key); d != std::string::npos; d = out.find(dir_key, d + 1)) {
+    const size_t from = d + dir_key.size();
+    std::string d_path = out.substr(from, out.find('\n', from) - from);
+    if (!d_path.empty() && d_path[0] != '/') d_path = std::string(STAMPEDE_SOURCE_DIR) + "/" + d_path;  // the bench's cwd
+    dirs.push_back(d_path);
+  }
+  REQUIRE(dirs.size() == 2);
   for (int run = 0; run < 2; ++run) {
     CHECK(fps[run] > 0);
+    std::vector<std::pair<double, double>> rows;
+    for (const json& row : Metrics(dirs[size_t(run)])) {
+      if (row.contains("env_frames") && row.contains("elapsed_s") && !row.contains("event")) {
+        rows.emplace_back(row["elapsed_s"].get<double>(), double(row["env_frames"].get<int64_t>()));
+      }
+    }
+    REQUIRE(rows.size() >= 2);
+    size_t from = 0;
+    while (rows[from].second < 0.2 * rows.back().second) ++from;
+    REQUIRE(rows.back().first > rows[from].first);
+    const double expect = (rows.back().second - rows[from].second) / (rows.back().first - rows[from].first);
+    CHECK(steady[run] > 0);
+    CHECK(std::abs(steady[run] - expect) <= 0.5 + 1e-9 * expect);
     // The share is the run's frames/s over the printed limit (both printed rounded).
     CHECK(std::abs(share[run] - fps[run] / limit) <= 1e-3 + (0.5 / limit + 0.5 / fps[run]) * share[run]);
     const std::string line = "  fleet frames/s, run " + std::to_string(run + 1) + ", local transport ipc";
@@ -450,6 +476,7 @@ TEST_CASE("fleet: `stampede bench --fleet-frames` prints each fleet run's share 
     const double printed = std::atof(text.c_str() + text.rfind(' ', pct) + 1);
     CHECK(std::abs(printed - 100 * share[run]) <= 0.1);
   }
+  for (const std::string& d : dirs) std::filesystem::remove_all(d);  // the bench's runs/ entries
 }
 
 TEST_CASE("fleet: a killed actor is restarted while the run goes on", "[fleet]") {
